@@ -1,0 +1,150 @@
+"""The ``aclpipe`` command line: prepare, finetune, evaluate.
+
+Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
+overrides (the same dotted keys as ``dvc exp run -S``). Without ``--task`` a stage runs every
+task in ``pipeline.tasks``; without ``--method``, every method in ``pipeline.methods``.
+Errors a user can fix print one line and exit with code 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from aclpipe.errors import UserError
+
+app = typer.Typer(
+    help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console()
+err_console = Console(stderr=True)
+_state = {"debug": False}
+
+TaskOpt = Annotated[str | None, typer.Option(
+    "--task", "-t", help="GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
+    "Default: every task in pipeline.tasks of the params file.")]
+MethodOpt = Annotated[str | None, typer.Option(
+    "--method", "-m", help="Method: ce, scl, acl, joint, deebert, deebert-sd, romebert or acl-cl. "
+    "Default: every method in pipeline.methods of the params file.")]
+ParamsOpt = Annotated[Path, typer.Option(
+    "--params", help="Params file (YAML) holding every knob.")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-S", help="Override one param, e.g. --set train.lr=3e-5 (repeatable; same keys "
+    "as `dvc exp run -S`).")]
+
+
+@app.callback()
+def main(debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the full traceback on errors.")] = False) -> None:
+    """Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE."""
+    _state["debug"] = debug
+
+
+def user_errors(fn):
+    """Print a UserError as one line and exit 2; any other error as one line and exit 1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as err:
+            if _state["debug"]:
+                raise
+            err_console.print(f"error: {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: outputs of the unfinished step were not written")
+            raise typer.Exit(130) from None
+        except Exception as err:  # a bug, not bad input: still one line unless --debug
+            if _state["debug"]:
+                raise
+            err_console.print(f"internal error: {type(err).__name__}: {err} "
+                              "(run with --debug for the traceback)", highlight=False,
+                              soft_wrap=True)
+            raise typer.Exit(1) from None
+    return wrapper
+
+
+def _load(params_path: Path, overrides: list[str] | None):
+    from aclpipe.config import load_params
+
+    return load_params(params_path, overrides or [])
+
+
+def _tasks(task: str | None, params):
+    from aclpipe.tasks import get_task
+
+    names = [task] if task else params.pipeline.tasks
+    if not names:
+        raise UserError("no task given and pipeline.tasks is empty: pass --task")
+    return [get_task(n) for n in names]
+
+
+def _methods(method: str | None, params) -> list[str]:
+    from aclpipe.methods import METHODS
+
+    names = [method] if method else params.pipeline.methods
+    for name in names:
+        if name not in METHODS:
+            raise UserError(f"unknown method {name!r}: use one of {', '.join(METHODS)}")
+    if not names:
+        raise UserError("no method given and pipeline.methods is empty: pass --method")
+    return names
+
+
+@app.command()
+@user_errors
+def prepare(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set: SetOpt = None,
+            glue_dir: Annotated[Path | None, typer.Option(
+                "--glue-dir", help="Folder in the classic glue_data layout (overrides GLUE_DIR "
+                "and data.glue_dir). Tasks missing there are read from the hub.")] = None,
+            ) -> None:
+    """Read a GLUE task, subsample, tokenize, and save it under data/<task>/."""
+    from aclpipe.data import prepare as run_prepare
+    from aclpipe.data import resolve_glue_dir
+
+    p = _load(params, set)
+    for t in _tasks(task, p):
+        meta = run_prepare(t, p.data, p.model.name, Path("data") / t.name,
+                           resolve_glue_dir(p.data, glue_dir), p.model.trust_remote_code)
+        counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
+        console.print(f"prepared {t.name} from {meta['source']}: {counts}", highlight=False)
+
+
+@app.command()
+@user_errors
+def finetune(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt = Path("params.yaml"),
+             set: SetOpt = None) -> None:
+    """Train a method on a task; writes models/<task>/<method>/."""
+    from aclpipe.train import finetune as run_finetune
+
+    p = _load(params, set)
+    for t in _tasks(task, p):
+        for m in _methods(method, p):
+            run_finetune(t, m, p, Path("data") / t.name, Path("models") / t.name / m, console)
+            console.print(f"saved models/{t.name}/{m}", highlight=False)
+
+
+@app.command()
+@user_errors
+def evaluate(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt = Path("params.yaml"),
+             set: SetOpt = None) -> None:
+    """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
+    import torch
+
+    from aclpipe.evaluate import evaluate as run_evaluate
+
+    p = _load(params, set)
+    device = "cuda" if p.train.device != "cpu" and torch.cuda.is_available() else "cpu"
+    for t in _tasks(task, p):
+        for m in _methods(method, p):
+            run_evaluate(t, m, Path("models") / t.name / m, Path("data") / t.name,
+                         Path("reports") / t.name / m, p.evaluate.batch_size, device, console)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,257 @@
+"""Typed, strict configuration read once from params.yaml.
+
+Each section of params.yaml is a dataclass below, with a comment per field; each stage takes
+only the sections it needs. Unknown keys, wrong types and out-of-range values are
+``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
+same dotted keys as ``dvc exp run -S``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aclpipe.errors import UserError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass
+class PipelineConfig:
+    tasks: list[str] = field(default_factory=lambda: ["sst2", "mrpc"])  # tasks a stage runs without --task
+    methods: list[str] = field(default_factory=lambda: ["ce", "joint", "deebert"])  # methods run without --method
+
+
+@dataclass
+class DataConfig:
+    glue_dir: str | None = "../shared/glue"  # local classic glue_data folder; GLUE_DIR and --glue-dir override
+    hub_id: str = "nyu-mll/glue"  # used when the local folder lacks the task
+    max_length: int = 128  # tokens per example after truncation (pairs truncated longest-first)
+    max_train_samples: int | None = None  # deterministic subsample of train (None: all)
+    max_eval_samples: int | None = None  # deterministic subsample of each dev split (None: all)
+    seed: int = 42  # seed of the subsampling
+
+
+@dataclass
+class ModelConfig:
+    name: str = DEFAULT_MODEL  # hub id or local folder; the default resolves offline from a package
+    pooling: str = "auto"  # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints)
+    exits: list[int] | None = None  # 1-based layers with an exit head (None: every layer)
+    dropout: float | None = None  # exit-head dropout (None: the backbone's hidden_dropout_prob)
+    label_embedding: str = "classifier"  # classifier (rows of W_k) | separate (own [C, d] table)
+    trust_remote_code: bool = False  # allow a hub model's own Python code to run
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 3  # epochs per stage
+    batch_size: int = 32  # per process
+    lr: float = 2e-5  # encoder learning rate
+    head_lr: float = 1e-3  # learning rate of newly initialised parts (exit heads, poolers)
+    weight_decay: float = 0.01  # AdamW, not on bias and LayerNorm
+    warmup_ratio: float = 0.1  # linear warm-up share of each stage's steps, then linear decay
+    max_grad_norm: float = 1.0  # gradient clipping (0: off)
+    seed: int = 42
+    device: str = "auto"  # auto | cpu | cuda
+    log_every: int = 10  # steps between progress lines when stdout is not a terminal
+    record_angles: bool = False  # also record grad cosines for methods whose rule is a plain sum (costs a 2nd backward)
+
+
+@dataclass
+class EvaluateConfig:
+    batch_size: int = 64
+
+
+@dataclass
+class MethodConfig:
+    """Every knob any method takes; a method reads only its own (METHODS.md)."""
+
+    tau: float = 0.1  # SupCon temperature
+    lam: float = 0.5  # weight of the contrastive term
+    lam_cl: float = 0.5  # weight of the mean cross-layer ACL term (acl-cl)
+    gamma: float = 0.9  # self-distillation: weight of the KL part
+    T: float = 3.0  # self-distillation temperature
+    acl_grad: bool = True  # ACL-Grad: drop the ACL term when the gradients conflict
+    max_angle: float = 90.0  # ACL-Grad: conflict when the angle exceeds this (degrees)
+    gr: bool = True  # RomeBERT: gradient regularisation (projection) on conflict
+    grad_scope: str = "encoder"  # parameters a gradient rule looks at: encoder | encoder-weights | all
+    weights: str = "uniform"  # multi-exit CE weights: uniform | linear
+    sd: bool = False  # acl-cl: add the KL self-distillation term
+
+
+@dataclass
+class Params:
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    methods: dict[str, MethodConfig] = field(default_factory=dict)
+
+    def method(self, name: str) -> MethodConfig:
+        """The knobs of one method: its params.yaml section over the method's defaults."""
+        if name in self.methods:
+            return self.methods[name]
+        return MethodConfig(**METHOD_DEFAULTS.get(name, {}))
+
+
+# Where a method's paper sets a knob differently from MethodConfig's defaults (METHODS.md).
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "scl": {"tau": 0.3, "lam": 0.3},  # Gunel et al. 2020
+    "romebert": {"grad_scope": "encoder-weights"},  # RomeBERT's GR: layer weight matrices only
+}
+
+
+_CHOICES = {
+    "model.pooling": ("auto", "cls", "mean", "layer-attention"),
+    "model.label_embedding": ("classifier", "separate"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "methods.*.grad_scope": ("encoder", "encoder-weights", "all"),
+    "methods.*.weights": ("uniform", "linear"),
+}
+_POSITIVE = {
+    "data.max_length", "data.max_train_samples", "data.max_eval_samples", "train.epochs",
+    "train.batch_size", "train.lr", "train.head_lr", "train.log_every", "evaluate.batch_size",
+    "methods.*.tau", "methods.*.T",
+}
+_NON_NEGATIVE = {"train.weight_decay", "train.max_grad_norm", "methods.*.lam", "methods.*.lam_cl"}
+_UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}
+
+
+def _check_value(key: str, value: Any, hint: type | Any) -> Any:
+    """Check ``value`` against the annotation ``hint``; return it (ints widened to float)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_value(key, value, inner)
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise UserError(f"{key} must be a list, got {value!r}: write it as [a, b, ...]")
+        return [_check_value(f"{key}[{i}]", v, inner) for i, v in enumerate(value)]
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if hint is float and isinstance(value, str):  # YAML reads 2e-5 as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise UserError(
+            f"{key} must be {hint.__name__}, got {value!r} ({type(value).__name__}): fix it in "
+            "params.yaml or --set"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{key} must be a finite number, got {value!r}")
+    return value
+
+
+def _check_range(key: str, value: Any) -> None:
+    pattern = key if not key.startswith("methods.") else "methods.*." + key.split(".")[-1]
+    if value is None:
+        return
+    if pattern in _CHOICES and value not in _CHOICES[pattern]:
+        raise UserError(f"{key} is {value!r}: use one of {', '.join(_CHOICES[pattern])}")
+    if pattern in _POSITIVE and value <= 0:
+        raise UserError(f"{key} must be > 0, got {value!r}: fix it in params.yaml or --set")
+    if pattern in _NON_NEGATIVE and value < 0:
+        raise UserError(f"{key} must be >= 0, got {value!r}: fix it in params.yaml or --set")
+    if pattern in _UNIT and not 0 <= value <= 1:
+        raise UserError(f"{key} must be in [0, 1], got {value!r}: fix it in params.yaml or --set")
+    if pattern == "methods.*.max_angle" and not 0 <= value <= 180:
+        raise UserError(f"{key} must be in [0, 180] degrees, got {value!r}")
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{prefix} must be a mapping of keys to values, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise UserError(
+            f"unknown key {prefix}.{unknown[0]}: valid keys of {prefix} are {', '.join(sorted(known))}"
+        )
+    values = {}
+    for name, value in raw.items():
+        key = f"{prefix}.{name}"
+        values[name] = _check_value(key, value, hints[name])
+        _check_range(key, values[name])
+    return cls(**values)
+
+
+def params_from_dict(raw: dict[str, Any]) -> Params:
+    """Build typed ``Params`` from a params.yaml mapping; every error is a ``UserError``."""
+    if not isinstance(raw, dict):
+        raise UserError("params file must be a YAML mapping of sections (pipeline, data, ...)")
+    sections = {f.name for f in dataclasses.fields(Params)}
+    unknown = sorted(set(raw) - sections)
+    if unknown:
+        raise UserError(
+            f"unknown section {unknown[0]!r} in params: valid sections are {', '.join(sorted(sections))}"
+        )
+    hints = typing.get_type_hints(Params)
+    built: dict[str, Any] = {}
+    for name in sections - {"methods"}:
+        built[name] = _build(hints[name], raw.get(name), name)
+    methods_raw = raw.get("methods") or {}
+    if not isinstance(methods_raw, dict):
+        raise UserError("methods must be a mapping of method name to its knobs")
+    built["methods"] = {}
+    for method, knobs in methods_raw.items():
+        if knobs is not None and not isinstance(knobs, dict):
+            raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
+        merged = {**METHOD_DEFAULTS.get(method, {}), **(knobs or {})}
+        built["methods"][method] = _build(MethodConfig, merged, f"methods.{method}")
+    if built["model"].exits is not None and not built["model"].exits:
+        raise UserError("model.exits is empty: list 1-based layers, or null for every layer")
+    return Params(**built)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (values parsed as YAML) to a raw mapping."""
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"--set {item!r} is not key=value: write e.g. --set train.lr=3e-5")
+        dotted, text = item.split("=", 1)
+        keys = dotted.strip().split(".")
+        if len(keys) < 2 or not all(keys):
+            raise UserError(f"--set {dotted!r}: use a dotted key such as train.lr")
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--set {dotted!r}: {k} is not a section")
+        node[keys[-1]] = yaml.safe_load(text) if text.strip() else None
+    return raw
+
+
+def load_params(path: Path | str = "params.yaml", overrides: list[str] | None = None) -> Params:
+    """Read params.yaml (missing file: defaults only if no file was named) plus overrides."""
+    path = Path(path)
+    if path.exists():
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            line = getattr(getattr(err, "problem_mark", None), "line", None)
+            where = f" at line {line + 1}" if line is not None else ""
+            raise UserError(f"{path} is not valid YAML{where}: fix the syntax") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path} is not UTF-8 text: save it as UTF-8") from None
+    elif path.name == "params.yaml" and path.parent == Path("."):
+        raw = {}
+    else:
+        raise UserError(f"params file {path} not found: pass an existing file with --params")
+    return params_from_dict(apply_overrides(raw, overrides or []))

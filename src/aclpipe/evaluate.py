@@ -1,0 +1,84 @@
+"""The evaluate stage: per-exit GLUE scores on the dev split(s), and what the gradient rule did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from aclpipe import atomic
+from aclpipe.data import load_split
+from aclpipe.model import load_multi_exit
+from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.tasks import Task
+from aclpipe.train import STEP_LOG
+
+
+def gradient_rule_summary(step_log: Path) -> list[dict]:
+    """Per stage and epoch: steps, how many had two gradients, the share altered, mean cosine."""
+    if not step_log.exists():
+        return []
+    summary: dict[tuple[int, int], dict] = {}
+    with open(step_log, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            entry = summary.setdefault((row["stage"], row["epoch"]), {
+                "stage": row["stage"], "epoch": row["epoch"], "steps": 0, "measured": 0,
+                "altered": 0, "cosine_sum": 0.0})
+            entry["steps"] += 1
+            cosine = row.get("cosine")
+            if cosine is not None and cosine == cosine:
+                entry["measured"] += 1
+                entry["cosine_sum"] += cosine
+                entry["altered"] += bool(row.get("altered"))
+    rows = []
+    for entry in summary.values():
+        measured = entry.pop("measured")
+        cosine_sum = entry.pop("cosine_sum")
+        entry["steps_with_two_gradients"] = measured
+        entry["altered_rate"] = entry["altered"] / measured if measured else None
+        entry["mean_cosine"] = cosine_sum / measured if measured else None
+        rows.append(entry)
+    return rows
+
+
+def evaluate(task: Task, method: str, model_dir: Path, data_dir: Path, out_dir: Path,
+             batch_size: int, device: str = "cpu", console: Console | None = None) -> dict:
+    """Score every exit of the trained model on each dev split; write ``metrics.json``."""
+    console = console or Console()
+    model = load_multi_exit(model_dir).to(device)
+    pad_id = model.encoder.config.pad_token_id or 0
+    exits = model.spec.exits
+    report = {"task": task.name, "method": method, "exits": exits, "splits": {}}
+    for split, _, _ in task.dev_splits:
+        rows = load_split(data_dir, split)
+        logits = all_exit_logits(model, rows, batch_size, pad_id, task.is_regression, device)
+        per_exit = exit_scores(task, logits, split_labels(rows, task))
+        scores = [e["score"] for e in per_exit]
+        report["splits"][split] = {
+            "examples": len(rows),
+            "per_exit": [{"layer": k, **e} for k, e in zip(exits, per_exit)],
+            "final_score": scores[-1],
+            "average_over_exits": sum(scores) / len(scores),
+        }
+    primary = report["splits"][task.dev_splits[0][0]]
+    report["final_score"] = primary["final_score"]
+    report["average_over_exits"] = primary["average_over_exits"]
+    report["gradient_rule"] = gradient_rule_summary(model_dir / STEP_LOG)
+    atomic.write_text(out_dir / "metrics.json", json.dumps(report, indent=2) + "\n")
+    console.print(render_table(report))
+    return report
+
+
+def render_table(report: dict) -> Table:
+    table = Table(title=f"{report['task']} / {report['method']}: dev score per exit (x100)")
+    table.add_column("split")
+    for k in report["exits"]:
+        table.add_column(f"L{k}", justify="right")
+    table.add_column("avg", justify="right")
+    for split, result in report["splits"].items():
+        cells = [f"{100 * e['score']:.2f}" for e in result["per_exit"]]
+        table.add_row(split, *cells, f"{100 * result['average_over_exits']:.2f}")
+    return table

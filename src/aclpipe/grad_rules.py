@@ -1,0 +1,171 @@
+"""Gradient rules that combine a main and an auxiliary objective: sum, ACL-Grad, RomeBERT GR.
+
+The training loop computes one gradient list per objective with
+``torch.autograd.grad(loss, params, allow_unused=True)`` (``None``: the loss does not reach
+that parameter, read as zeros), all-reduces them if it runs on several processes, and calls
+:func:`combine_gradients`. The functions here are pure: they never modify their inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.nn import Parameter
+
+RULES = ("sum", "acl-grad", "gr")
+SCOPES = ("encoder", "all", "encoder-weights")
+
+
+@dataclass
+class RuleOutcome:
+    """What a gradient rule saw and did at one step (for logging)."""
+
+    cosine: float  # cos(g_main, g_aux) over the scoped params; nan if either norm is 0
+    altered: bool  # ACL-Grad: aux term dropped this step; GR: main gradient projected
+    grad_norm_ratio: float  # ||g_aux|| / ||g_main|| over the scoped params; nan if main is 0
+
+
+def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _scoped_products(
+    main: list[Tensor | None], aux: list[Tensor | None], scoped: list[bool]
+) -> tuple[float, float, float, float]:
+    """``<g_m, g_a>``, ``||g_m||^2``, ``||g_a||^2`` over the scoped params, and ``||g_a||^2``
+    over the scoped params that the main objective also reaches; one host sync."""
+    terms: list[list[Tensor]] = [[], [], [], []]
+    for m, a, in_scope in zip(main, aux, scoped, strict=True):
+        if not in_scope:
+            continue
+        if m is not None:
+            terms[1].append(m.pow(2).sum(dtype=torch.float64))
+        if a is not None:
+            aux_sq = a.pow(2).sum(dtype=torch.float64)
+            terms[2].append(aux_sq)
+            if m is not None:
+                terms[0].append((m * a).sum(dtype=torch.float64))
+                terms[3].append(aux_sq)
+    if not terms[1] and not terms[2]:
+        return 0.0, 0.0, 0.0, 0.0
+    zero = (terms[1] or terms[2])[0].new_zeros(())
+    sums = torch.stack([torch.stack(t).sum() if t else zero for t in terms])
+    dot, main_sq, aux_sq, shared_aux_sq = sums.tolist()
+    return dot, main_sq, aux_sq, shared_aux_sq
+
+
+def combine_gradients(
+    rule: str,
+    main: list[Tensor | None],
+    aux: list[Tensor | None],
+    scoped: list[bool],
+    *,
+    max_angle: float = 90.0,
+) -> tuple[list[Tensor | None], RuleOutcome]:
+    """Combine per-parameter gradients of a main and an auxiliary objective.
+
+    The cosine, the norms and GR's projection are taken over the scoped parameters only,
+    concatenated into one vector, with ``None`` read as zeros.
+
+    - ``"sum"``: ``g = g_main + g_aux`` everywhere.
+    - ``"acl-grad"``: if ``cos < cos(max_angle)`` the objectives conflict and the aux term
+      is dropped for this step for every parameter (scoped or not): ``g = g_main``;
+      otherwise ``g = g_main + g_aux``. A zero norm (cos nan) is not a conflict.
+    - ``"gr"``: main is ``g_f`` (final-exit loss), aux is ``g_s`` (self-distillation). If
+      ``<g_f, g_s> < 0`` over the scoped params, ``g_f <- g_f - <g_f, g_s> / ||g_s||^2 g_s``
+      on the scoped params both losses reach; then ``g = g_f + g_s``. ``||g_s||^2`` is taken
+      over those same params, so the projected ``g_f`` is orthogonal to ``g_s`` while a
+      param that only one loss reaches keeps that loss's gradient unchanged.
+
+    Args:
+        rule: ``"sum"``, ``"acl-grad"`` or ``"gr"``.
+        main: gradient of the main objective per parameter (``None``: not reached).
+        aux: gradient of the auxiliary objective per parameter, same order and shapes.
+        scoped: per parameter, whether it is in the rule's scope (see :func:`scope_mask`).
+        max_angle: ACL-Grad's conflict angle in degrees (90: conflict when ``cos < 0``).
+
+    Returns:
+        The combined gradient per parameter (``None`` where neither objective reaches; a
+        returned tensor may be an input tensor itself when only one objective reaches that
+        parameter, so copy before modifying it in place), and a :class:`RuleOutcome`.
+
+    Reference:
+        METHODS.md, "ACL-Grad" and "Gradient Regularization"; RomeBERT (Geng et al. 2021),
+        gradient regularization; PCGrad (Yu et al. 2020), eq. of the projection step.
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown gradient rule {rule!r}; expected one of {RULES}")
+    if not len(main) == len(aux) == len(scoped):
+        raise ValueError(
+            f"main, aux and scoped differ in length: {len(main)}, {len(aux)}, {len(scoped)}"
+        )
+    dot, main_sq, aux_sq, shared_aux_sq = _scoped_products(main, aux, scoped)
+    main_norm, aux_norm = math.sqrt(main_sq), math.sqrt(aux_sq)
+    cosine = dot / (main_norm * aux_norm) if main_norm > 0 and aux_norm > 0 else math.nan
+    ratio = aux_norm / main_norm if main_norm > 0 else math.nan
+    altered = False
+
+    if rule == "acl-grad":
+        threshold = math.cos(math.radians(max_angle))
+        threshold = 0.0 if abs(threshold) < 1e-12 else threshold  # cos(90°) is 6e-17 in floats
+        altered = cosine < threshold  # False for nan
+        combined = list(main) if altered else [_add(m, a) for m, a in zip(main, aux, strict=True)]
+    elif rule == "gr" and dot < 0:
+        altered = True
+        coefficient = dot / shared_aux_sq  # shared_aux_sq > 0, since dot != 0
+        combined = []
+        for m, a, in_scope in zip(main, aux, scoped, strict=True):
+            if in_scope and m is not None and a is not None:
+                m = m - coefficient * a
+            combined.append(_add(m, a))
+    else:
+        combined = [_add(m, a) for m, a in zip(main, aux, strict=True)]
+    return combined, RuleOutcome(cosine=cosine, altered=altered, grad_norm_ratio=ratio)
+
+
+def scope_mask(
+    named_params: list[tuple[str, Parameter]], scope: str, encoder_prefix: str = "encoder."
+) -> list[bool]:
+    """Which parameters a gradient rule's cosine and projection cover.
+
+    Args:
+        named_params: ``(name, parameter)`` pairs, in the order of the gradient lists.
+        scope: ``"encoder"``: every parameter whose name starts with ``encoder_prefix``,
+            embeddings and LayerNorm included (ACL-Grad's default); ``"all"``: every
+            parameter; ``"encoder-weights"``: the encoder's transformer-layer weight
+            matrices only (name starts with ``encoder_prefix``, contains ``.layer.``, ends
+            with ``weight``, at least 2-D, no ``LayerNorm``, no ``embeddings``; GR's
+            default, as RomeBERT's code does).
+        encoder_prefix: name prefix of the encoder's parameters in the model.
+
+    Returns:
+        One bool per parameter.
+
+    Reference:
+        METHODS.md, "Scopes".
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown grad_scope {scope!r}; expected one of {SCOPES}")
+    mask = []
+    for name, param in named_params:
+        if scope == "all":
+            mask.append(True)
+        elif scope == "encoder":
+            mask.append(name.startswith(encoder_prefix))
+        else:
+            mask.append(
+                name.startswith(encoder_prefix)
+                and ".layer." in name
+                and name.endswith("weight")
+                and param.dim() >= 2
+                and "LayerNorm" not in name
+                and "embeddings" not in name
+            )
+    return mask

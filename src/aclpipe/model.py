@@ -1,0 +1,165 @@
+"""The multi-exit encoder: any Hugging Face encoder with one classifier per chosen layer.
+
+One forward returns every exit at once (no exit decisions inside ``forward``):
+``logits [E, B, C]`` and pooled ``features [E, B, D]``. Each exit head follows
+BertForSequenceClassification's: pooler, dropout, linear (one output and MSE for STS-B).
+Saved as safetensors plus a JSON config; no pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from aclpipe.errors import UserError
+from aclpipe.pooling import ClsPooler, MeanPooler
+
+MODEL_CONFIG = "aclpipe_model.json"
+WEIGHTS = "model.safetensors"
+
+
+@dataclass
+class ExitSpec:
+    """What defines the heads on top of the encoder (saved next to the weights)."""
+
+    num_labels: int  # classes, or 1 for regression
+    exits: list[int]  # 1-based layers with a head, ascending; the last is the deepest exit
+    pooling: str  # cls | mean | layer-attention
+    dropout: float  # exit-head dropout
+    label_embedding: str = "classifier"  # classifier | separate
+
+
+@dataclass
+class ExitOutput:
+    logits: torch.Tensor  # [E, B, C]
+    features: torch.Tensor  # [E, B, D], pooled, before dropout
+
+
+def make_pooler(pooling: str, hidden_size: int, layer: int, init_from: nn.Linear | None):
+    if pooling == "cls":
+        return ClsPooler(hidden_size, init_from)
+    if pooling == "mean":
+        return MeanPooler()
+    if pooling == "layer-attention":
+        from aclpipe.pooling import LayerAttentionPooler  # added with the objectives
+
+        return LayerAttentionPooler(hidden_size, layer)
+    raise UserError(f"unknown pooling {pooling!r}: use cls, mean or layer-attention")
+
+
+class ExitHead(nn.Module):
+    def __init__(self, spec: ExitSpec, hidden_size: int, layer: int, init_range: float,
+                 pooler_init: nn.Linear | None) -> None:
+        super().__init__()
+        self.layer = layer
+        self.pooler = make_pooler(spec.pooling, hidden_size, layer, pooler_init)
+        self.dropout = nn.Dropout(spec.dropout)
+        self.classifier = nn.Linear(hidden_size, spec.num_labels)
+        nn.init.normal_(self.classifier.weight, std=init_range)
+        nn.init.zeros_(self.classifier.bias)
+        if spec.label_embedding == "separate":
+            self.label_table = nn.Parameter(torch.randn(spec.num_labels, hidden_size) * init_range)
+
+
+class MultiExitModel(nn.Module):
+    """An encoder (``self.encoder``) and one ``ExitHead`` per exit (``self.heads``)."""
+
+    def __init__(self, encoder: nn.Module, spec: ExitSpec) -> None:
+        super().__init__()
+        num_layers = encoder.config.num_hidden_layers
+        if not spec.exits or any(not 1 <= k <= num_layers for k in spec.exits):
+            raise UserError(f"model.exits {spec.exits} must be layers in 1..{num_layers} "
+                            f"(this encoder has {num_layers} layers)")
+        spec.exits = sorted(set(spec.exits))
+        self.spec = spec
+        own_pooler = getattr(encoder, "pooler", None)
+        pooler_init = getattr(own_pooler, "dense", None)
+        if own_pooler is not None:
+            encoder.pooler = None  # each exit has its own pooler; the shared one would sit unused
+        self.encoder = encoder
+        hidden = encoder.config.hidden_size
+        init_range = getattr(encoder.config, "initializer_range", 0.02)
+        self.heads = nn.ModuleList(
+            ExitHead(spec, hidden, k, init_range, pooler_init) for k in spec.exits
+        )
+
+    @property
+    def num_exits(self) -> int:
+        return len(self.heads)
+
+    @property
+    def num_layers(self) -> int:
+        return self.encoder.config.num_hidden_layers
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None) -> ExitOutput:
+        kwargs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                           output_hidden_states=True, **kwargs)
+        hidden = out.hidden_states  # L + 1 tensors [B, T, H]; hidden[0] = embeddings
+        features = torch.stack(
+            [head.pooler(list(hidden[: head.layer + 1]), attention_mask) for head in self.heads]
+        )  # [E, B, D]
+        logits = torch.stack(
+            [head.classifier(head.dropout(z)) for head, z in zip(self.heads, features)]
+        )  # [E, B, C]
+        return ExitOutput(logits=logits, features=features)
+
+    def label_embeddings(self) -> torch.Tensor:
+        """Label embedding of each class at each exit, ``[E, C, D]`` (METHODS.md, Notation)."""
+        if self.spec.label_embedding == "separate":
+            return torch.stack([head.label_table for head in self.heads])
+        return torch.stack([head.classifier.weight for head in self.heads])
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """Names of the parameters in each group a method stage can train."""
+        last = f"heads.{self.num_exits - 1}."
+        groups: dict[str, list[str]] = {"encoder": [], "final_exit": [], "inner_exits": []}
+        for name, _ in self.named_parameters():
+            if name.startswith("encoder."):
+                groups["encoder"].append(name)
+            elif name.startswith(last):
+                groups["final_exit"].append(name)
+            else:
+                groups["inner_exits"].append(name)
+        return groups
+
+    def save(self, folder: Path) -> None:
+        """Write ``model.safetensors`` and ``aclpipe_model.json`` into ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model(self, str(folder / WEIGHTS))
+        config = {"spec": asdict(self.spec), "encoder": self.encoder.config.to_dict()}
+        (folder / MODEL_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def build_model(encoder: nn.Module, spec: ExitSpec) -> MultiExitModel:
+    return MultiExitModel(encoder, spec)
+
+
+def load_multi_exit(folder: Path) -> MultiExitModel:
+    """Load a model written by ``MultiExitModel.save`` (weights only; no code is executed)."""
+    from transformers import AutoConfig, AutoModel
+
+    config_path, weights = folder / MODEL_CONFIG, folder / WEIGHTS
+    if not config_path.exists() or not weights.exists():
+        raise UserError(f"no trained model in {folder} (missing {MODEL_CONFIG} or {WEIGHTS}): "
+                        "run `aclpipe finetune` for this task and method first")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        encoder_config = dict(config["encoder"])
+        model_type = encoder_config.pop("model_type")
+        encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **encoder_config))
+        model = MultiExitModel(encoder, ExitSpec(**config["spec"]))
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as err:
+        raise UserError(f"model in {folder} is damaged or truncated ({type(err).__name__}): "
+                        "delete the folder and run `aclpipe finetune` again") from err
+    missing = [m for m in missing if "position_ids" not in m]
+    if missing or unexpected:
+        raise UserError(f"weights in {weights} do not match its config (missing {missing[:2]}, "
+                        f"unexpected {list(unexpected)[:2]}): run `aclpipe finetune` again")
+    return model
