@@ -38,8 +38,10 @@ def resolve_model(name: str) -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise UserError(f"model folder {path} has no config.json: point model.name at a "
-                            "Hugging Face model folder or a hub id")
+            raise UserError(
+                f"model folder {path} has no config.json: point model.name at a "
+                "Hugging Face model folder or a hub id"
+            )
         return str(path.resolve())
     packaged = _packaged_folder(name)
     if packaged is not None:
@@ -64,9 +66,14 @@ def default_pooling(resolved: str) -> str:
 
 
 def _unreachable(name: str, err: Exception) -> UserError:
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
-    how = ("HF_HUB_OFFLINE=1 is set, so only local files are used" if offline
-           else f"{type(err).__name__}")
+    offline = (
+        os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    )
+    how = (
+        "HF_HUB_OFFLINE=1 is set, so only local files are used"
+        if offline
+        else f"{type(err).__name__}"
+    )
     return UserError(
         f"model {name!r} is neither a local folder nor reachable on the Hugging Face hub ({how}): "
         "set model.name to a local model folder, or connect once to download it"

@@ -20,33 +20,57 @@ from aclpipe.errors import UserError
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 console = Console()
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
-TaskOpt = Annotated[str | None, typer.Option(
-    "--task", "-t", help="GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
-    "Default: every task in pipeline.tasks of the params file.")]
-MethodOpt = Annotated[str | None, typer.Option(
-    "--method", "-m", help="Method: ce, scl, acl, joint, deebert, deebert-sd, romebert or acl-cl. "
-    "Default: every method in pipeline.methods of the params file.")]
-ParamsOpt = Annotated[Path, typer.Option(
-    "--params", help="Params file (YAML) holding every knob.")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-S", help="Override one param, e.g. --set train.lr=3e-5 (repeatable; same keys "
-    "as `dvc exp run -S`).")]
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--task",
+        "-t",
+        help="GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
+        "Default: every task in pipeline.tasks of the params file.",
+    ),
+]
+MethodOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--method",
+        "-m",
+        help="Method: ce, scl, acl, joint, deebert, deebert-sd, romebert or acl-cl. "
+        "Default: every method in pipeline.methods of the params file.",
+    ),
+]
+ParamsOpt = Annotated[Path, typer.Option("--params", help="Params file (YAML) holding every knob.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        "-S",
+        help="Override one param, e.g. --set train.lr=3e-5 (repeatable; same keys "
+        "as `dvc exp run -S`).",
+    ),
+]
 
 
 @app.callback()
-def main(debug: Annotated[bool, typer.Option(
-        "--debug", help="Show the full traceback on errors.")] = False) -> None:
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the full traceback on errors.")
+    ] = False,
+) -> None:
     """Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE."""
     _state["debug"] = debug
 
 
 def user_errors(fn):
     """Print a UserError as one line and exit 2; any other error as one line and exit 1."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -62,10 +86,13 @@ def user_errors(fn):
         except Exception as err:  # a bug, not bad input: still one line unless --debug
             if _state["debug"]:
                 raise
-            err_console.print(f"internal error: {type(err).__name__}: {err} "
-                              "(run with --debug for the traceback)", highlight=False,
-                              soft_wrap=True)
+            err_console.print(
+                f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(1) from None
+
     return wrapper
 
 
@@ -85,40 +112,61 @@ def _tasks(task: str | None, params):
 
 
 def _methods(method: str | None, params) -> list[str]:
+    return _methods_list([method] if method else params.pipeline.methods)
+
+
+def _methods_list(names: list[str]) -> list[str]:
     from aclpipe.methods import METHODS
 
-    names = [method] if method else params.pipeline.methods
     for name in names:
         if name not in METHODS:
             raise UserError(f"unknown method {name!r}: use one of {', '.join(METHODS)}")
     if not names:
-        raise UserError("no method given and pipeline.methods is empty: pass --method")
+        raise UserError("no method given and pipeline.methods is empty: pass --method(s)")
     return names
 
 
 @app.command()
 @user_errors
-def prepare(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set: SetOpt = None,
-            glue_dir: Annotated[Path | None, typer.Option(
-                "--glue-dir", help="Folder in the classic glue_data layout (overrides GLUE_DIR "
-                "and data.glue_dir). Tasks missing there are read from the hub.")] = None,
-            ) -> None:
+def prepare(
+    task: TaskOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+    glue_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--glue-dir",
+            help="Folder in the classic glue_data layout (overrides GLUE_DIR "
+            "and data.glue_dir). Tasks missing there are read from the hub.",
+        ),
+    ] = None,
+) -> None:
     """Read a GLUE task, subsample, tokenize, and save it under data/<task>/."""
     from aclpipe.data import prepare as run_prepare
     from aclpipe.data import resolve_glue_dir
 
     p = _load(params, set)
     for t in _tasks(task, p):
-        meta = run_prepare(t, p.data, p.model.name, Path("data") / t.name,
-                           resolve_glue_dir(p.data, glue_dir), p.model.trust_remote_code)
+        meta = run_prepare(
+            t,
+            p.data,
+            p.model.name,
+            Path("data") / t.name,
+            resolve_glue_dir(p.data, glue_dir),
+            p.model.trust_remote_code,
+        )
         counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
         console.print(f"prepared {t.name} from {meta['source']}: {counts}", highlight=False)
 
 
 @app.command()
 @user_errors
-def finetune(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt = Path("params.yaml"),
-             set: SetOpt = None) -> None:
+def finetune(
+    task: TaskOpt = None,
+    method: MethodOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
     """Train a method on a task; writes models/<task>/<method>/."""
     from aclpipe.train import finetune as run_finetune
 
@@ -131,8 +179,12 @@ def finetune(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt =
 
 @app.command()
 @user_errors
-def evaluate(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt = Path("params.yaml"),
-             set: SetOpt = None) -> None:
+def evaluate(
+    task: TaskOpt = None,
+    method: MethodOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
     import torch
 
@@ -142,8 +194,95 @@ def evaluate(task: TaskOpt = None, method: MethodOpt = None, params: ParamsOpt =
     device = "cuda" if p.train.device != "cpu" and torch.cuda.is_available() else "cpu"
     for t in _tasks(task, p):
         for m in _methods(method, p):
-            run_evaluate(t, m, Path("models") / t.name / m, Path("data") / t.name,
-                         Path("reports") / t.name / m, p.evaluate.batch_size, device, console)
+            run_evaluate(
+                t,
+                m,
+                Path("models") / t.name / m,
+                Path("data") / t.name,
+                Path("reports") / t.name / m,
+                p.evaluate.batch_size,
+                device,
+                console,
+            )
+
+
+@app.command()
+@user_errors
+def angles(
+    task: Annotated[
+        str, typer.Option("--task", "-t", help="GLUE task (the paper uses rte).")
+    ] = "rte",
+    methods: Annotated[
+        str,
+        typer.Option(
+            "--methods",
+            help="Comma-separated methods with an auxiliary objective, e.g. "
+            "scl,acl (also romebert, acl-cl).",
+        ),
+    ] = "scl,acl",
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
+    """Histogram of the angle between the CE and the contrastive gradient during fine-tuning.
+
+    Trains each method on the prepared task with per-step gradient cosines recorded, and writes
+    reports/<task>/angles/angles.json and angles.png (the ACL paper's pilot experiment)."""
+    from aclpipe.angles import run_angles
+
+    p = _load(params, set)
+    (t,) = _tasks(task, p)
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    run_angles(
+        t,
+        _methods_list(names),
+        p,
+        Path("data") / t.name,
+        Path("reports") / t.name / "angles",
+        console,
+    )
+
+
+@app.command("sts-eval")
+@user_errors
+def sts_eval(
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+    glue_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--glue-dir",
+            help="Folder in the classic glue_data layout holding STS-B/ "
+            "(default: GLUE_DIR, then data.glue_dir; else the hub).",
+        ),
+    ] = None,
+    poolings: Annotated[
+        str, typer.Option("--poolings", help="Comma-separated poolings to compare.")
+    ] = "cls,mean,layer-attention",
+    out: Annotated[Path, typer.Option("--out", help="Where to write the JSON report.")] = Path(
+        "reports/stsb/sts_embeddings.json"
+    ),
+) -> None:
+    """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
+
+    Spearman correlation between the cosine similarity of the pooled embeddings of the two
+    sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
+    setting). Prints a table and writes JSON."""
+    from aclpipe.data import resolve_glue_dir
+    from aclpipe.sts_eval import render_sts_table, sts_embedding_eval, write_sts_report
+
+    p = _load(params, set)
+    names = tuple(x.strip() for x in poolings.split(",") if x.strip())
+    result = sts_embedding_eval(
+        p.model.name,
+        resolve_glue_dir(p.data, glue_dir),
+        p.data.hub_id,
+        poolings=names,
+        max_length=p.data.max_length,
+        batch_size=p.evaluate.batch_size,
+    )
+    console.print(render_sts_table(result))
+    write_sts_report(result, out)
+    console.print(f"wrote {out}", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,13 +25,19 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 @dataclass
 class PipelineConfig:
-    tasks: list[str] = field(default_factory=lambda: ["sst2", "mrpc"])  # tasks a stage runs without --task
-    methods: list[str] = field(default_factory=lambda: ["ce", "joint", "deebert"])  # methods run without --method
+    tasks: list[str] = field(
+        default_factory=lambda: ["sst2", "mrpc"]
+    )  # tasks a stage runs without --task
+    methods: list[str] = field(
+        default_factory=lambda: ["ce", "joint", "deebert"]
+    )  # methods run without --method
 
 
 @dataclass
 class DataConfig:
-    glue_dir: str | None = "../shared/glue"  # local classic glue_data folder; GLUE_DIR and --glue-dir override
+    glue_dir: str | None = (
+        "../shared/glue"  # local classic glue_data folder; GLUE_DIR and --glue-dir override
+    )
     hub_id: str = "nyu-mll/glue"  # used when the local folder lacks the task
     max_length: int = 128  # tokens per example after truncation (pairs truncated longest-first)
     max_train_samples: int | None = None  # deterministic subsample of train (None: all)
@@ -42,7 +48,9 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = DEFAULT_MODEL  # hub id or local folder; the default resolves offline from a package
-    pooling: str = "auto"  # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints)
+    pooling: str = (
+        "auto"  # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints)
+    )
     exits: list[int] | None = None  # 1-based layers with an exit head (None: every layer)
     dropout: float | None = None  # exit-head dropout (None: the backbone's hidden_dropout_prob)
     label_embedding: str = "classifier"  # classifier (rows of W_k) | separate (own [C, d] table)
@@ -81,7 +89,9 @@ class MethodConfig:
     acl_grad: bool = True  # ACL-Grad: drop the ACL term when the gradients conflict
     max_angle: float = 90.0  # ACL-Grad: conflict when the angle exceeds this (degrees)
     gr: bool = True  # RomeBERT: gradient regularisation (projection) on conflict
-    grad_scope: str = "encoder"  # parameters a gradient rule looks at: encoder | encoder-weights | all
+    grad_scope: str = (
+        "encoder"  # parameters a gradient rule looks at: encoder | encoder-weights | all
+    )
     weights: str = "uniform"  # multi-exit CE weights: uniform | linear
     sd: bool = False  # acl-cl: add the KL self-distillation term
 
@@ -117,9 +127,17 @@ _CHOICES = {
     "methods.*.weights": ("uniform", "linear"),
 }
 _POSITIVE = {
-    "data.max_length", "data.max_train_samples", "data.max_eval_samples", "train.epochs",
-    "train.batch_size", "train.lr", "train.head_lr", "train.log_every", "evaluate.batch_size",
-    "methods.*.tau", "methods.*.T",
+    "data.max_length",
+    "data.max_train_samples",
+    "data.max_eval_samples",
+    "train.epochs",
+    "train.batch_size",
+    "train.lr",
+    "train.head_lr",
+    "train.log_every",
+    "evaluate.batch_size",
+    "methods.*.tau",
+    "methods.*.T",
 }
 _NON_NEGATIVE = {"train.weight_decay", "train.max_grad_norm", "methods.*.lam", "methods.*.lam_cl"}
 _UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}

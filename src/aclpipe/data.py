@@ -58,8 +58,14 @@ def tokenize(examples: list[Example], tokenizer, max_length: int) -> list[dict]:
     return rows
 
 
-def prepare(task: Task, data: DataConfig, model_name: str, out_dir: Path,
-            glue_dir: Path | None, trust_remote_code: bool = False) -> dict:
+def prepare(
+    task: Task,
+    data: DataConfig,
+    model_name: str,
+    out_dir: Path,
+    glue_dir: Path | None,
+    trust_remote_code: bool = False,
+) -> dict:
     """Read, subsample, tokenize and save every split of ``task``; return the meta record."""
     if glue_dir is not None and local_available(task, glue_dir):
         source = f"local:{glue_dir / task.folder}"
@@ -68,8 +74,14 @@ def prepare(task: Task, data: DataConfig, model_name: str, out_dir: Path,
         source = f"hub:{data.hub_id}/{task.hub_config}"
         read = lambda split: read_hub(task, split, data.hub_id, glue_dir=glue_dir)  # noqa: E731
     tokenizer = load_tokenizer(model_name, trust_remote_code)
-    meta = {"task": task.name, "source": source, "model": model_name,
-            "max_length": data.max_length, "seed": data.seed, "splits": {}}
+    meta = {
+        "task": task.name,
+        "source": source,
+        "model": model_name,
+        "max_length": data.max_length,
+        "seed": data.seed,
+        "splits": {},
+    }
     with atomic.atomic_dir(out_dir) as tmp:
         for split in split_names(task):
             examples = read(split)
@@ -126,8 +138,9 @@ def collate(rows: list[dict], pad_id: int, regression: bool) -> dict[str, torch.
         attention_mask[i, :n] = 1
         if token_type_ids is not None:
             token_type_ids[i, :n] = torch.tensor(row["token_type_ids"])
-    labels = torch.tensor([r["label"] for r in rows],
-                          dtype=torch.float if regression else torch.long)
+    labels = torch.tensor(
+        [r["label"] for r in rows], dtype=torch.float if regression else torch.long
+    )
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
     if token_type_ids is not None:
         batch["token_type_ids"] = token_type_ids

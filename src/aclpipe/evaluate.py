@@ -24,9 +24,17 @@ def gradient_rule_summary(step_log: Path) -> list[dict]:
     with open(step_log, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
-            entry = summary.setdefault((row["stage"], row["epoch"]), {
-                "stage": row["stage"], "epoch": row["epoch"], "steps": 0, "measured": 0,
-                "altered": 0, "cosine_sum": 0.0})
+            entry = summary.setdefault(
+                (row["stage"], row["epoch"]),
+                {
+                    "stage": row["stage"],
+                    "epoch": row["epoch"],
+                    "steps": 0,
+                    "measured": 0,
+                    "altered": 0,
+                    "cosine_sum": 0.0,
+                },
+            )
             entry["steps"] += 1
             cosine = row.get("cosine")
             if cosine is not None and cosine == cosine:
@@ -44,8 +52,16 @@ def gradient_rule_summary(step_log: Path) -> list[dict]:
     return rows
 
 
-def evaluate(task: Task, method: str, model_dir: Path, data_dir: Path, out_dir: Path,
-             batch_size: int, device: str = "cpu", console: Console | None = None) -> dict:
+def evaluate(
+    task: Task,
+    method: str,
+    model_dir: Path,
+    data_dir: Path,
+    out_dir: Path,
+    batch_size: int,
+    device: str = "cpu",
+    console: Console | None = None,
+) -> dict:
     """Score every exit of the trained model on each dev split; write ``metrics.json``."""
     console = console or Console()
     model = load_multi_exit(model_dir).to(device)

@@ -81,16 +81,20 @@ def _final_ce(x: LossInputs) -> torch.Tensor:
 
 def _inner(x: LossInputs) -> range:
     if x.logits.shape[0] < 2:
-        raise UserError("this method needs at least two exits: set model.exits to null or "
-                        "list two or more layers")
+        raise UserError(
+            "this method needs at least two exits: set model.exits to null or "
+            "list two or more layers"
+        )
     return range(x.logits.shape[0] - 1)
 
 
 def _weighted_ce(scheme: str) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         weights = exit_weights(x.logits.shape[0], scheme)
-        return sum(w * task_loss(x.logits[k], x.labels, x.regression)
-                   for k, w in enumerate(weights))
+        return sum(
+            w * task_loss(x.logits[k], x.labels, x.regression) for k, w in enumerate(weights)
+        )
+
     return loss
 
 
@@ -100,21 +104,29 @@ def _inner_ce(x: LossInputs) -> torch.Tensor:
 
 def _inner_sd(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
-        return sum(self_distill_loss(x.logits[k], x.logits[-1], x.labels, cfg.gamma, cfg.T,
-                                     regression=x.regression) for k in _inner(x))
+        return sum(
+            self_distill_loss(
+                x.logits[k], x.logits[-1], x.labels, cfg.gamma, cfg.T, regression=x.regression
+            )
+            for k in _inner(x)
+        )
+
     return loss
 
 
 def _needs_classes(x: LossInputs) -> None:
     if x.regression:
-        raise UserError("contrastive methods need class labels; STS-B is regression: "
-                        "use ce, joint, deebert, deebert-sd or romebert for stsb")
+        raise UserError(
+            "contrastive methods need class labels; STS-B is regression: "
+            "use ce, joint, deebert, deebert-sd or romebert for stsb"
+        )
 
 
 def _scl_term(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * scl_loss(x.features[-1], x.labels, cfg.tau)
+
     return loss
 
 
@@ -122,6 +134,7 @@ def _acl_term(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * acl_embed_loss(x.features[-1], x.labels, x.label_embeddings[-1], cfg.tau)
+
     return loss
 
 
@@ -130,13 +143,19 @@ def _acl_cl_aux(cfg: MethodConfig) -> Objective:
 
     def loss(x: LossInputs) -> torch.Tensor:
         inner = _inner(x)
-        cross = sum(cross_layer_acl_loss(x.features[k], x.features[-1], x.labels,
-                                         x.label_embeddings[-1], cfg.tau) for k in inner)
+        cross = sum(
+            cross_layer_acl_loss(
+                x.features[k], x.features[-1], x.labels, x.label_embeddings[-1], cfg.tau
+            )
+            for k in inner
+        )
         total = acl(x) + cfg.lam_cl * cross / len(inner)
         if cfg.sd:
-            total = total + sum(cfg.gamma * distill_kl(x.logits[k], x.logits[-1], cfg.T)
-                                for k in inner)
+            total = total + sum(
+                cfg.gamma * distill_kl(x.logits[k], x.logits[-1], cfg.T) for k in inner
+            )
         return total
+
     return loss
 
 
@@ -147,13 +166,15 @@ def _ce(cfg: MethodConfig) -> Method:
 def _scl(cfg: MethodConfig) -> Method:
     def main(x: LossInputs) -> torch.Tensor:
         return (1 - cfg.lam) * _final_ce(x)
+
     return Method("scl", False, (Stage(ALL, main, _scl_term(cfg)),))
 
 
 def _acl(cfg: MethodConfig) -> Method:
     rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method("acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), rule, cfg.grad_scope,
-                                       cfg.max_angle),))
+    return Method(
+        "acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), rule, cfg.grad_scope, cfg.max_angle),)
+    )
 
 
 def _joint(cfg: MethodConfig) -> Method:
@@ -161,25 +182,42 @@ def _joint(cfg: MethodConfig) -> Method:
 
 
 def _deebert(cfg: MethodConfig) -> Method:
-    return Method("deebert", True, (Stage(("encoder", "final_exit"), _final_ce),
-                                    Stage(("inner_exits",), _inner_ce)))
+    return Method(
+        "deebert",
+        True,
+        (Stage(("encoder", "final_exit"), _final_ce), Stage(("inner_exits",), _inner_ce)),
+    )
 
 
 def _deebert_sd(cfg: MethodConfig) -> Method:
-    return Method("deebert-sd", True, (Stage(("encoder", "final_exit"), _final_ce),
-                                       Stage(("inner_exits",), _inner_sd(cfg))))
+    return Method(
+        "deebert-sd",
+        True,
+        (Stage(("encoder", "final_exit"), _final_ce), Stage(("inner_exits",), _inner_sd(cfg))),
+    )
 
 
 def _romebert(cfg: MethodConfig) -> Method:
     rule = "gr" if cfg.gr else "sum"
-    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule,
-                                           cfg.grad_scope),))
+    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule, cfg.grad_scope),))
 
 
 def _acl_cl(cfg: MethodConfig) -> Method:
     rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method("acl-cl", True, (Stage(ALL, _weighted_ce(cfg.weights), _acl_cl_aux(cfg), rule,
-                                         cfg.grad_scope, cfg.max_angle),))
+    return Method(
+        "acl-cl",
+        True,
+        (
+            Stage(
+                ALL,
+                _weighted_ce(cfg.weights),
+                _acl_cl_aux(cfg),
+                rule,
+                cfg.grad_scope,
+                cfg.max_angle,
+            ),
+        ),
+    )
 
 
 METHODS: dict[str, Callable[[MethodConfig], Method]] = {

@@ -17,7 +17,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from aclpipe.errors import UserError
-from aclpipe.pooling import ClsPooler, MeanPooler
+from aclpipe.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
 
 MODEL_CONFIG = "aclpipe_model.json"
 WEIGHTS = "model.safetensors"
@@ -32,6 +32,9 @@ class ExitSpec:
     pooling: str  # cls | mean | layer-attention
     dropout: float  # exit-head dropout
     label_embedding: str = "classifier"  # classifier | separate
+    cls_from_mean: bool = (
+        False  # layer-attention: mean vectors stand in for [CLS] (mean-pooled checkpoints)
+    )
 
 
 @dataclass
@@ -40,24 +43,29 @@ class ExitOutput:
     features: torch.Tensor  # [E, B, D], pooled, before dropout
 
 
-def make_pooler(pooling: str, hidden_size: int, layer: int, init_from: nn.Linear | None):
+def make_pooler(spec: ExitSpec, hidden_size: int, layer: int, init_from: nn.Linear | None):
+    pooling = spec.pooling
     if pooling == "cls":
         return ClsPooler(hidden_size, init_from)
     if pooling == "mean":
         return MeanPooler()
     if pooling == "layer-attention":
-        from aclpipe.pooling import LayerAttentionPooler  # added with the objectives
-
-        return LayerAttentionPooler(hidden_size, layer)
+        return LayerAttentionPooler(hidden_size, layer, cls_from_mean=spec.cls_from_mean)
     raise UserError(f"unknown pooling {pooling!r}: use cls, mean or layer-attention")
 
 
 class ExitHead(nn.Module):
-    def __init__(self, spec: ExitSpec, hidden_size: int, layer: int, init_range: float,
-                 pooler_init: nn.Linear | None) -> None:
+    def __init__(
+        self,
+        spec: ExitSpec,
+        hidden_size: int,
+        layer: int,
+        init_range: float,
+        pooler_init: nn.Linear | None,
+    ) -> None:
         super().__init__()
         self.layer = layer
-        self.pooler = make_pooler(spec.pooling, hidden_size, layer, pooler_init)
+        self.pooler = make_pooler(spec, hidden_size, layer, pooler_init)
         self.dropout = nn.Dropout(spec.dropout)
         self.classifier = nn.Linear(hidden_size, spec.num_labels)
         nn.init.normal_(self.classifier.weight, std=init_range)
@@ -73,8 +81,10 @@ class MultiExitModel(nn.Module):
         super().__init__()
         num_layers = encoder.config.num_hidden_layers
         if not spec.exits or any(not 1 <= k <= num_layers for k in spec.exits):
-            raise UserError(f"model.exits {spec.exits} must be layers in 1..{num_layers} "
-                            f"(this encoder has {num_layers} layers)")
+            raise UserError(
+                f"model.exits {spec.exits} must be layers in 1..{num_layers} "
+                f"(this encoder has {num_layers} layers)"
+            )
         spec.exits = sorted(set(spec.exits))
         self.spec = spec
         own_pooler = getattr(encoder, "pooler", None)
@@ -98,8 +108,9 @@ class MultiExitModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> ExitOutput:
         kwargs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                           output_hidden_states=True, **kwargs)
+        out = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs
+        )
         hidden = out.hidden_states  # L + 1 tensors [B, T, H]; hidden[0] = embeddings
         features = torch.stack(
             [head.pooler(list(hidden[: head.layer + 1]), attention_mask) for head in self.heads]
@@ -146,8 +157,10 @@ def load_multi_exit(folder: Path) -> MultiExitModel:
 
     config_path, weights = folder / MODEL_CONFIG, folder / WEIGHTS
     if not config_path.exists() or not weights.exists():
-        raise UserError(f"no trained model in {folder} (missing {MODEL_CONFIG} or {WEIGHTS}): "
-                        "run `aclpipe finetune` for this task and method first")
+        raise UserError(
+            f"no trained model in {folder} (missing {MODEL_CONFIG} or {WEIGHTS}): "
+            "run `aclpipe finetune` for this task and method first"
+        )
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         encoder_config = dict(config["encoder"])
@@ -156,10 +169,14 @@ def load_multi_exit(folder: Path) -> MultiExitModel:
         model = MultiExitModel(encoder, ExitSpec(**config["spec"]))
         missing, unexpected = load_model(model, str(weights), strict=False)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as err:
-        raise UserError(f"model in {folder} is damaged or truncated ({type(err).__name__}): "
-                        "delete the folder and run `aclpipe finetune` again") from err
+        raise UserError(
+            f"model in {folder} is damaged or truncated ({type(err).__name__}): "
+            "delete the folder and run `aclpipe finetune` again"
+        ) from err
     missing = [m for m in missing if "position_ids" not in m]
     if missing or unexpected:
-        raise UserError(f"weights in {weights} do not match its config (missing {missing[:2]}, "
-                        f"unexpected {list(unexpected)[:2]}): run `aclpipe finetune` again")
+        raise UserError(
+            f"weights in {weights} do not match its config (missing {missing[:2]}, "
+            f"unexpected {list(unexpected)[:2]}): run `aclpipe finetune` again"
+        )
     return model

@@ -23,9 +23,13 @@ class TrainProgress:
         self._title, self._total, self._step = title, total_steps, 0
         self._samples, self._seconds = 0, 0.0
         if self.enabled and self.console.is_terminal:
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
-                                 TimeRemainingColumn(), console=self.console)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
             self._task = self._bar.add_task(title, total=total_steps, info="")
             self._bar.start()
 
@@ -40,8 +44,9 @@ class TrainProgress:
         if self._bar is not None:
             self._bar.update(self._task, advance=1, info=info)
         elif self.enabled and (self._step % self.log_every == 0 or self._step == self._total):
-            self.console.print(f"{self._title} step {self._step}/{self._total}  {info}",
-                               highlight=False)
+            self.console.print(
+                f"{self._title} step {self._step}/{self._total}  {info}", highlight=False
+            )
 
     def epoch_done(self, stage: int, epoch: int, exits: list[int], scores: list[float]) -> None:
         if not self.enabled:

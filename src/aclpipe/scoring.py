@@ -12,8 +12,14 @@ from aclpipe.tasks import Task
 
 
 @torch.no_grad()
-def all_exit_logits(model: MultiExitModel, rows: list[dict], batch_size: int, pad_id: int,
-                    regression: bool, device: torch.device | str = "cpu") -> np.ndarray:
+def all_exit_logits(
+    model: MultiExitModel,
+    rows: list[dict],
+    batch_size: int,
+    pad_id: int,
+    regression: bool,
+    device: torch.device | str = "cpu",
+) -> np.ndarray:
     """Logits of every exit for every row, ``[E, N, C]``, in the rows' order.
 
     Rows are batched by length (less padding), then put back in order.
@@ -23,7 +29,7 @@ def all_exit_logits(model: MultiExitModel, rows: list[dict], batch_size: int, pa
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
     chunks = []
     for start in range(0, len(order), batch_size):
-        batch = collate([rows[i] for i in order[start:start + batch_size]], pad_id, regression)
+        batch = collate([rows[i] for i in order[start : start + batch_size]], pad_id, regression)
         batch.pop("labels")
         batch = {k: v.to(device) for k, v in batch.items()}
         chunks.append(model(**batch).logits.float().cpu())  # [E, b, C]
@@ -46,4 +52,6 @@ def exit_scores(task: Task, logits: np.ndarray, labels: np.ndarray) -> list[dict
 
 
 def split_labels(rows: list[dict], task: Task) -> np.ndarray:
-    return np.array([r["label"] for r in rows], dtype=np.float64 if task.is_regression else np.int64)
+    return np.array(
+        [r["label"] for r in rows], dtype=np.float64 if task.is_regression else np.int64
+    )

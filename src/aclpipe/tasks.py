@@ -52,22 +52,44 @@ TASKS: dict[str, Task] = {
     for t in [
         Task("cola", "CoLA", "cola", ("0", "1"), ("mcc",), _DEV, ("sentence",)),
         Task("sst2", "SST-2", "sst2", ("0", "1"), ("accuracy",), _DEV, ("sentence",)),
-        Task("mrpc", "MRPC", "mrpc", ("0", "1"), ("accuracy", "f1"), _DEV,
-             ("sentence1", "sentence2")),
-        Task("qqp", "QQP", "qqp", ("0", "1"), ("accuracy", "f1"), _DEV,
-             ("question1", "question2")),
-        Task("stsb", "STS-B", "stsb", (), ("pearson", "spearman"), _DEV,
-             ("sentence1", "sentence2")),
-        Task("mnli", "MNLI", "mnli", ("entailment", "neutral", "contradiction"), ("accuracy",),
-             (("dev_matched", "dev_matched", "validation_matched"),
-              ("dev_mismatched", "dev_mismatched", "validation_mismatched")),
-             ("premise", "hypothesis")),
-        Task("qnli", "QNLI", "qnli", ("entailment", "not_entailment"), ("accuracy",), _DEV,
-             ("question", "sentence")),
-        Task("rte", "RTE", "rte", ("entailment", "not_entailment"), ("accuracy",), _DEV,
-             ("sentence1", "sentence2")),
-        Task("wnli", "WNLI", "wnli", ("0", "1"), ("accuracy",), _DEV,
-             ("sentence1", "sentence2")),
+        Task(
+            "mrpc", "MRPC", "mrpc", ("0", "1"), ("accuracy", "f1"), _DEV, ("sentence1", "sentence2")
+        ),
+        Task("qqp", "QQP", "qqp", ("0", "1"), ("accuracy", "f1"), _DEV, ("question1", "question2")),
+        Task(
+            "stsb", "STS-B", "stsb", (), ("pearson", "spearman"), _DEV, ("sentence1", "sentence2")
+        ),
+        Task(
+            "mnli",
+            "MNLI",
+            "mnli",
+            ("entailment", "neutral", "contradiction"),
+            ("accuracy",),
+            (
+                ("dev_matched", "dev_matched", "validation_matched"),
+                ("dev_mismatched", "dev_mismatched", "validation_mismatched"),
+            ),
+            ("premise", "hypothesis"),
+        ),
+        Task(
+            "qnli",
+            "QNLI",
+            "qnli",
+            ("entailment", "not_entailment"),
+            ("accuracy",),
+            _DEV,
+            ("question", "sentence"),
+        ),
+        Task(
+            "rte",
+            "RTE",
+            "rte",
+            ("entailment", "not_entailment"),
+            ("accuracy",),
+            _DEV,
+            ("sentence1", "sentence2"),
+        ),
+        Task("wnli", "WNLI", "wnli", ("0", "1"), ("accuracy",), _DEV, ("sentence1", "sentence2")),
     ]
 }
 
@@ -77,6 +99,4 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name.lower()]
     except KeyError:
-        raise UserError(
-            f"unknown task {name!r}: use one of {', '.join(TASKS)}"
-        ) from None
+        raise UserError(f"unknown task {name!r}: use one of {', '.join(TASKS)}") from None

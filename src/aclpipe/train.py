@@ -41,21 +41,36 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_spec(method: Method, params: Params, num_layers: int, num_labels: int,
-              resolved_model: str, backbone_dropout: float) -> ExitSpec:
+def make_spec(
+    method: Method,
+    params: Params,
+    num_layers: int,
+    num_labels: int,
+    resolved_model: str,
+    backbone_dropout: float,
+) -> ExitSpec:
     """Exit layers, pooling and dropout for this method and model."""
     exits = params.model.exits or list(range(1, num_layers + 1))
     if any(not 1 <= k <= num_layers for k in exits):
-        raise UserError(f"model.exits {exits} must be layers in 1..{num_layers} "
-                        f"(this encoder has {num_layers} layers)")
+        raise UserError(
+            f"model.exits {exits} must be layers in 1..{num_layers} "
+            f"(this encoder has {num_layers} layers)"
+        )
     if not method.multi_exit:
         exits = [num_layers]  # single-exit methods: E = {L}
+    checkpoint_pooling = default_pooling(resolved_model)
     pooling = params.model.pooling
     if pooling == "auto":
-        pooling = default_pooling(resolved_model)
+        pooling = checkpoint_pooling
     dropout = params.model.dropout if params.model.dropout is not None else backbone_dropout
-    return ExitSpec(num_labels=num_labels, exits=sorted(set(exits)), pooling=pooling,
-                    dropout=dropout, label_embedding=params.model.label_embedding)
+    return ExitSpec(
+        num_labels=num_labels,
+        exits=sorted(set(exits)),
+        pooling=pooling,
+        dropout=dropout,
+        label_embedding=params.model.label_embedding,
+        cls_from_mean=checkpoint_pooling == "mean",
+    )
 
 
 def build_optimizer(model: MultiExitModel, trains: tuple[str, ...], params: Params):
@@ -71,8 +86,11 @@ def build_optimizer(model: MultiExitModel, trains: tuple[str, ...], params: Para
             buckets.setdefault((name.startswith("encoder."), no_decay), []).append(p)
     t = params.train
     param_groups = [
-        {"params": ps, "lr": t.lr if is_encoder else t.head_lr,
-         "weight_decay": 0.0 if no_decay else t.weight_decay}
+        {
+            "params": ps,
+            "lr": t.lr if is_encoder else t.head_lr,
+            "weight_decay": 0.0 if no_decay else t.weight_decay,
+        }
         for (is_encoder, no_decay), ps in buckets.items()
     ]
     return torch.optim.AdamW(param_groups)
@@ -85,11 +103,13 @@ def linear_schedule(optimizer, total_steps: int, warmup_ratio: float):
         if step < warmup:
             return (step + 1) / (warmup + 1)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def backward(stage: Stage, x: LossInputs, accelerator, model, named_trainable,
-             record_angles: bool) -> dict:
+def backward(
+    stage: Stage, x: LossInputs, accelerator, model, named_trainable, record_angles: bool
+) -> dict:
     """Gradients of the stage's objectives into ``p.grad``; returns what to log."""
     main = stage.main(x)
     aux = stage.aux(x) if stage.aux is not None else None
@@ -108,12 +128,14 @@ def backward(stage: Stage, x: LossInputs, accelerator, model, named_trainable,
     if accelerator.num_processes > 1:  # decide on the globally averaged gradients
         g_main, g_aux = _all_reduce_mean(g_main, params), _all_reduce_mean(g_aux, params)
     scoped = scope_mask(named_trainable, stage.grad_scope)
-    grads, outcome = combine_gradients(stage.rule, list(g_main), list(g_aux), scoped,
-                                       max_angle=stage.max_angle)
+    grads, outcome = combine_gradients(
+        stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle
+    )
     for p, g in zip(params, grads):
         p.grad = None if g is None else g.detach()
-    log.update(cosine=outcome.cosine, altered=outcome.altered,
-               grad_norm_ratio=outcome.grad_norm_ratio)
+    log.update(
+        cosine=outcome.cosine, altered=outcome.altered, grad_norm_ratio=outcome.grad_norm_ratio
+    )
     return log
 
 
@@ -126,8 +148,14 @@ def _all_reduce_mean(grads, params):
     return out
 
 
-def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_dir: Path,
-             console: Console | None = None) -> dict:
+def finetune(
+    task: Task,
+    method_name: str,
+    params: Params,
+    data_dir: Path,
+    out_dir: Path,
+    console: Console | None = None,
+) -> dict:
     """Train ``method_name`` on ``task``; write the model and its logs into ``out_dir``."""
     from accelerate import Accelerator
 
@@ -135,8 +163,10 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
     method = build_method(method_name, params.method(method_name))
     meta = load_meta(data_dir)
     if meta["model"] != params.model.name:
-        raise UserError(f"{data_dir} was tokenized for {meta['model']!r} but model.name is "
-                        f"{params.model.name!r}: run `aclpipe prepare --task {task.name}` again")
+        raise UserError(
+            f"{data_dir} was tokenized for {meta['model']!r} but model.name is "
+            f"{params.model.name!r}: run `aclpipe prepare --task {task.name}` again"
+        )
     train_rows, dev_rows = load_split(data_dir, "train"), load_split(data_dir, _dev(task))
     if not train_rows:
         raise UserError(f"{data_dir}/train.jsonl is empty: prepare the task with some examples")
@@ -147,9 +177,14 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
     accelerator = Accelerator(cpu=cpu)
     set_seed(t.seed)
     encoder = load_encoder(params.model.name, params.model.trust_remote_code)
-    spec = make_spec(method, params, encoder.config.num_hidden_layers, task.num_labels,
-                     resolve_model(params.model.name),
-                     getattr(encoder.config, "hidden_dropout_prob", 0.1))
+    spec = make_spec(
+        method,
+        params,
+        encoder.config.num_hidden_layers,
+        task.num_labels,
+        resolve_model(params.model.name),
+        getattr(encoder.config, "hidden_dropout_prob", 0.1),
+    )
     model = MultiExitModel(encoder, spec)
     pad_id = encoder.config.pad_token_id or 0
     dev_labels = split_labels(dev_rows, task)
@@ -162,12 +197,17 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
         optimizer = build_optimizer(model, stage.trains, params)
         generator = torch.Generator().manual_seed(t.seed + stage_index)
         loader = torch.utils.data.DataLoader(
-            train_rows, batch_size=t.batch_size, shuffle=True, generator=generator,
-            collate_fn=lambda rows: collate(rows, pad_id, task.is_regression))
+            train_rows,
+            batch_size=t.batch_size,
+            shuffle=True,
+            generator=generator,
+            collate_fn=lambda rows: collate(rows, pad_id, task.is_regression),
+        )
         steps = t.epochs * math.ceil(len(loader) / accelerator.num_processes)
         scheduler = linear_schedule(optimizer, steps, t.warmup_ratio)
-        wrapped, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader,
-                                                                    scheduler)
+        wrapped, optimizer, loader, scheduler = accelerator.prepare(
+            model, optimizer, loader, scheduler
+        )
         named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         progress.start(f"{method.name} stage {stage_index + 1}/{len(method.stages)}", steps)
         for epoch in range(t.epochs):
@@ -176,14 +216,16 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
                 started = time.perf_counter()
                 labels = batch.pop("labels")
                 out = wrapped(**batch)
-                x = LossInputs(out.logits, out.features, model.label_embeddings(), labels,
-                               task.is_regression)
+                x = LossInputs(
+                    out.logits, out.features, model.label_embeddings(), labels, task.is_regression
+                )
                 log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
                 if not math.isfinite(log["loss"]):
                     raise UserError(
                         f"loss is {log['loss']} at step {global_step + 1} (stage "
                         f"{stage_index + 1}, epoch {epoch + 1}): the learning rate is likely "
-                        "too high or the data has bad labels; lower train.lr and run again")
+                        "too high or the data has bad labels; lower train.lr and run again"
+                    )
                 if t.max_grad_norm > 0:
                     accelerator.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
                 optimizer.step()
@@ -191,15 +233,31 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
                 optimizer.zero_grad(set_to_none=True)
                 global_step += 1
                 samples = labels.shape[0] * accelerator.num_processes
-                log.update(step=global_step, stage=stage_index + 1, epoch=epoch + 1,
-                           lr=scheduler.get_last_lr()[0])
+                log.update(
+                    step=global_step,
+                    stage=stage_index + 1,
+                    epoch=epoch + 1,
+                    lr=scheduler.get_last_lr()[0],
+                )
                 step_log.append(log)
                 progress.step(log, samples, time.perf_counter() - started)
-            dev_logits = all_exit_logits(model, dev_rows, params.evaluate.batch_size, pad_id,
-                                         task.is_regression, accelerator.device)
+            dev_logits = all_exit_logits(
+                model,
+                dev_rows,
+                params.evaluate.batch_size,
+                pad_id,
+                task.is_regression,
+                accelerator.device,
+            )
             scores = [s["score"] for s in exit_scores(task, dev_logits, dev_labels)]
-            history.append({"stage": stage_index + 1, "epoch": epoch + 1, "step": global_step,
-                            "dev_scores": scores})
+            history.append(
+                {
+                    "stage": stage_index + 1,
+                    "epoch": epoch + 1,
+                    "step": global_step,
+                    "dev_scores": scores,
+                }
+            )
             progress.epoch_done(stage_index + 1, epoch + 1, spec.exits, scores)
             if main_process:
                 _checkpoint(model, checkpoint_dir, history)
@@ -208,9 +266,18 @@ def finetune(task: Task, method_name: str, params: Params, data_dir: Path, out_d
         with atomic.atomic_dir(out_dir) as tmp:
             model.save(tmp)
             _save_tokenizer(params, tmp)
-            (tmp / HISTORY).write_text(json.dumps(
-                {"task": task.name, "method": method.name, "exits": spec.exits,
-                 "epochs": history}, indent=2), encoding="utf-8")
+            (tmp / HISTORY).write_text(
+                json.dumps(
+                    {
+                        "task": task.name,
+                        "method": method.name,
+                        "exits": spec.exits,
+                        "epochs": history,
+                    },
+                    indent=2,
+                ),
+                encoding="utf-8",
+            )
             with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
                 for row in step_log:
                     f.write(json.dumps(row) + "\n")

@@ -1,0 +1,325 @@
+"""Training throughput of our loop against the Hugging Face Trainer, side by side in one run.
+
+Same model (MiniLM-L6, resolved offline), same data (a fixed, deterministic subset of real
+SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Three contenders:
+
+- ``ours``: ``aclpipe.train.finetune`` itself, method ``ce``, on a data folder written by
+  ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest).
+- ``trainer-fixed``: ``transformers.Trainer`` with every example padded to 128 tokens by the
+  tokenizer (``padding="max_length"``), the early-exit papers' run_glue default.
+- ``trainer-dynamic``: the same Trainer with ``DataCollatorWithPadding`` (pads per batch).
+
+What is timed, the same window for all three: from the moment the loop starts taking batches
+to the end of its last optimiser step, so data loading, collation, forward, loss, backward,
+clipping, optimiser and scheduler steps and per-step logging are inside, and everything a
+training run does once (loading weights, optimiser and accelerate set-up, ours' dev evaluation
+and checkpoint writes) is outside. For ours the window is read from the loop's own progress
+hooks (``TrainProgress.start`` to the last ``TrainProgress.step``; the loop logs no
+timestamps, so the benchmark swaps in a subclass that records them, and a wrapper around
+``collate`` that records batch widths); for the Trainer from a callback
+(``on_train_begin`` to the last ``on_step_end``, the window of its own
+``train_samples_per_second``). The whole call, ``finetune()`` or ``trainer.train()``, is
+timed too and reported beside it: ours' call includes model loading, a dev evaluation of
+``--eval-samples`` examples and two saves; the Trainer's includes none of those.
+
+The runs go round-robin (ours, fixed, dynamic, ours, ...) for ``--repeats`` rounds after one
+untimed warm-up round, so each round's three runs see the same machine load. A ratio is the
+median over rounds of that round's ours/Trainer samples/s (absolute figures drift on a shared
+machine; side-by-side ratios do not).
+
+Usage (from the repository root)::
+
+    python benchmarks/train_throughput.py [--samples 640] [--batch-size 32] [--repeats 3]
+        [--out benchmarks/results/train_throughput.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from rich.console import Console  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForSequenceClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+)
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+import aclpipe.train as train_loop  # noqa: E402
+from aclpipe import atomic  # noqa: E402
+from aclpipe.backbone import load_tokenizer, resolve_model  # noqa: E402
+from aclpipe.config import DEFAULT_MODEL, Params, params_from_dict  # noqa: E402
+from aclpipe.data import load_split, prepare, subsample  # noqa: E402
+from aclpipe.glue_sources import read_local  # noqa: E402
+from aclpipe.tasks import get_task  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONTENDERS = ("ours", "trainer-fixed", "trainer-dynamic")
+TARGETS = {"trainer-fixed": 3.0, "trainer-dynamic": 1.0}  # ours / Trainer, at least (issue)
+
+
+@dataclass
+class Run:
+    """One timed training run of one contender."""
+
+    contender: str
+    samples: int  # trained examples inside the loop window
+    steps: int
+    loop_s: float  # loop window: first batch taken -> last optimiser step done
+    call_s: float  # the whole finetune() / trainer.train() call
+    mean_batch_tokens: float  # mean padded width T of the batches [B, T]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.loop_s
+
+    @property
+    def call_samples_per_s(self) -> float:
+        return self.samples / self.call_s
+
+
+class _Clock:
+    """Timestamps and batch widths gathered during one run."""
+
+    def __init__(self) -> None:
+        self.start = self.end = 0.0
+        self.samples = self.steps = 0
+        self.widths: list[int] = []
+
+    def run(self, contender: str, call_s: float) -> Run:
+        return Run(contender, self.samples, self.steps, self.end - self.start, call_s,
+                   statistics.fmean(self.widths))
+
+
+@contextlib.contextmanager
+def _instrumented_loop(clock: _Clock):
+    """Inside: ``finetune`` records its loop window and batch widths into ``clock``."""
+    base_progress, base_collate = train_loop.TrainProgress, train_loop.collate
+
+    class TimedProgress(base_progress):
+        def start(self, title: str, total_steps: int) -> None:
+            clock.start = time.perf_counter()
+            super().start(title, total_steps)
+
+        def step(self, log: dict, samples: int, seconds: float) -> None:
+            super().step(log, samples, seconds)
+            clock.samples += samples
+            clock.steps += 1
+            clock.end = time.perf_counter()
+
+    def timed_collate(rows, pad_id, regression):
+        batch = base_collate(rows, pad_id, regression)
+        clock.widths.append(batch["input_ids"].shape[1])
+        return batch
+
+    train_loop.TrainProgress, train_loop.collate = TimedProgress, timed_collate
+    try:
+        yield
+    finally:
+        train_loop.TrainProgress, train_loop.collate = base_progress, base_collate
+
+
+class _TimedCallback(TrainerCallback):
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.clock.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.clock.steps += 1
+        self.clock.end = time.perf_counter()
+
+
+def _counting(collator, clock: _Clock):
+    def collate(features):
+        batch = collator(features)
+        clock.samples += batch["input_ids"].shape[0]
+        clock.widths.append(batch["input_ids"].shape[1])
+        return batch
+    return collate
+
+
+def benchmark_params(args: argparse.Namespace) -> Params:
+    """aclpipe's defaults, with the benchmark's data and training settings (not params.yaml,
+    so that a change of project defaults there does not move the benchmark)."""
+    return params_from_dict({
+        "data": {"glue_dir": str(args.glue_dir), "max_length": args.max_length,
+                 "max_train_samples": args.samples, "max_eval_samples": args.eval_samples},
+        "model": {"name": DEFAULT_MODEL},
+        "train": {"epochs": 1, "batch_size": args.batch_size, "device": "cpu"},
+    })
+
+
+def run_ours(params: Params, data_dir: Path, work: Path) -> Run:
+    task, clock, out_dir = get_task("sst2"), _Clock(), work / "ours-model"
+    quiet = Console(file=io.StringIO())  # the loop still logs every log_every steps, unseen
+    started = time.perf_counter()
+    with _instrumented_loop(clock):
+        train_loop.finetune(task, "ce", params, data_dir, out_dir, console=quiet)
+    call_s = time.perf_counter() - started
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return clock.run("ours", call_s)
+
+
+def trainer_rows(params: Params, padded: bool) -> list[dict]:
+    """The same SST-2 subset as ``prepare`` writes, tokenized the run_glue way."""
+    task = get_task("sst2")
+    examples = subsample(read_local(task, Path(params.data.glue_dir), "train"),
+                         params.data.max_train_samples, params.data.seed)
+    tokenizer = load_tokenizer(params.model.name)
+    encoded = tokenizer([e.text_a for e in examples], truncation=True,
+                        max_length=params.data.max_length,
+                        padding="max_length" if padded else False)
+    return [{**{k: encoded[k][i] for k in encoded}, "labels": e.label}
+            for i, e in enumerate(examples)]
+
+
+def run_trainer(contender: str, params: Params, rows: list[dict], collator, work: Path) -> Run:
+    clock, t = _Clock(), params.train
+    model = AutoModelForSequenceClassification.from_pretrained(
+        resolve_model(params.model.name), num_labels=get_task("sst2").num_labels)
+    args = TrainingArguments(
+        output_dir=str(work / "trainer"), per_device_train_batch_size=t.batch_size,
+        num_train_epochs=t.epochs, learning_rate=t.lr, weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_ratio,  # a float < 1 is a share of the steps in transformers 5
+        lr_scheduler_type="linear", max_grad_norm=t.max_grad_norm, seed=t.seed, use_cpu=True,
+        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
+        disable_tqdm=True, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows,
+                      data_collator=_counting(collator, clock), callbacks=[_TimedCallback(clock)])
+    started = time.perf_counter()
+    trainer.train()
+    call_s = time.perf_counter() - started
+    return clock.run(contender, call_s)
+
+
+def summarise(rounds: list[dict[str, Run]]) -> dict:
+    def median(contender: str, attr: str) -> float:
+        return statistics.median(getattr(r[contender], attr) for r in rounds)
+
+    figures = {c: {"samples_per_s": median(c, "samples_per_s"),
+                   "call_samples_per_s": median(c, "call_samples_per_s"),
+                   "mean_batch_tokens": median(c, "mean_batch_tokens")} for c in CONTENDERS}
+    ratios = {}
+    for other, target in TARGETS.items():
+        per_round = [r["ours"].samples_per_s / r[other].samples_per_s for r in rounds]
+        per_round_call = [r["ours"].call_samples_per_s / r[other].call_samples_per_s
+                          for r in rounds]
+        ratio = statistics.median(per_round)
+        ratios[f"ours/{other}"] = {"ratio": ratio, "target": target, "met": ratio >= target,
+                                   "per_round": per_round,
+                                   "whole_call_ratio": statistics.median(per_round_call)}
+    return {"figures": figures, "ratios": ratios}
+
+
+def print_table(summary: dict, args: argparse.Namespace) -> None:
+    print(f"\nSST-2 train, {args.samples} examples, batch {args.batch_size}, 1 epoch, "
+          f"MiniLM-L6, CPU x{torch.get_num_threads()} threads; medians of {args.repeats} rounds")
+    print(f"{'contender':<17}{'samples/s':>10}{'whole call':>12}{'batch T':>9}")
+    for name, f in summary["figures"].items():
+        print(f"{name:<17}{f['samples_per_s']:>10.1f}{f['call_samples_per_s']:>12.1f}"
+              f"{f['mean_batch_tokens']:>9.1f}")
+    for name, r in summary["ratios"].items():
+        verdict = "met" if r["met"] else "NOT met"
+        rounds = ", ".join(f"{x:.2f}" for x in r["per_round"])
+        print(f"{name:<24} {r['ratio']:.2f}x  (target >= {r['target']:.1f}x: {verdict}; "
+              f"rounds {rounds}; whole call {r['whole_call_ratio']:.2f}x)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=640, help="SST-2 train examples")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
+    parser.add_argument("--max-length", type=int, default=128, help="truncation / fixed padding")
+    parser.add_argument("--eval-samples", type=int, default=32,
+                        help="dev examples ours evaluates after the epoch (outside the window)")
+    parser.add_argument("--glue-dir", type=Path, default=REPO.parent / "shared" / "glue")
+    parser.add_argument("--out", type=Path,
+                        default=REPO / "benchmarks" / "results" / "train_throughput.json")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    params = benchmark_params(args)
+    work = Path(tempfile.mkdtemp(prefix="aclpipe-bench-"))
+    try:
+        data_dir = work / "sst2"
+        meta = prepare(get_task("sst2"), params.data, params.model.name, data_dir,
+                       Path(params.data.glue_dir))
+        fixed, dynamic = trainer_rows(params, padded=True), trainer_rows(params, padded=False)
+        ours_ids = [r["input_ids"] for r in load_split(data_dir, "train")]
+        if ours_ids != [r["input_ids"] for r in dynamic]:
+            raise SystemExit("ours and the Trainer were given different token ids")
+        tokenizer = load_tokenizer(params.model.name)
+        contenders = {
+            "ours": lambda: run_ours(params, data_dir, work),
+            "trainer-fixed": lambda: run_trainer("trainer-fixed", params, fixed,
+                                                 default_data_collator, work),
+            "trainer-dynamic": lambda: run_trainer("trainer-dynamic", params, dynamic,
+                                                   DataCollatorWithPadding(tokenizer), work),
+        }
+        rounds: list[dict[str, Run]] = []
+        for index in range(args.repeats + 1):  # round 0 is the warm-up
+            this_round = {name: run() for name, run in contenders.items()}
+            label = "warm-up" if index == 0 else f"round {index}/{args.repeats}"
+            print(label + ": " + "  ".join(f"{n} {r.samples_per_s:.1f}/s"
+                                           for n, r in this_round.items()), flush=True)
+            if index:
+                rounds.append(this_round)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = summarise(rounds)
+    print_table(summary, args)
+    command = "python benchmarks/train_throughput.py " + " ".join(argv or sys.argv[1:])
+    record = {
+        "benchmark": "train_throughput", "command": command.strip(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "setup": {"task": "sst2", "method": "ce", "model": DEFAULT_MODEL,
+                  "samples": args.samples, "batch_size": args.batch_size,
+                  "max_length": args.max_length, "repeats": args.repeats,
+                  "mean_tokens": meta["splits"]["train"]["mean_tokens"],
+                  "window": "first batch taken -> last optimiser step done"},
+        "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
+                        "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                        "torch_threads": torch.get_num_threads(),
+                        "trainer_optim": TrainingArguments(output_dir="unused").optim.value},
+        **summary,
+        "runs": [{c: {**asdict(r[c]), "samples_per_s": r[c].samples_per_s} for c in CONTENDERS}
+                 for r in rounds],
+    }
+    atomic.write_text(args.out, json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    missed = [name for name, r in summary["ratios"].items() if not r["met"]]
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
