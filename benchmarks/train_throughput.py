@@ -18,14 +18,22 @@ hooks (``TrainProgress.start`` to the last ``TrainProgress.step``; the loop logs
 timestamps, so the benchmark swaps in a subclass that records them, and a wrapper around
 ``collate`` that records batch widths); for the Trainer from a callback
 (``on_train_begin`` to the last ``on_step_end``, the window of its own
-``train_samples_per_second``). The whole call, ``finetune()`` or ``trainer.train()``, is
-timed too and reported beside it: ours' call includes model loading, a dev evaluation of
-``--eval-samples`` examples and two saves; the Trainer's includes none of those.
+``train_samples_per_second``). The whole call is timed too and reported beside it, from
+loading the weights to a trained model: ``finetune()`` for ours, which also evaluates
+``--eval-samples`` dev examples and saves the model twice (checkpoint and output);
+``from_pretrained`` + ``Trainer(...)`` + ``trainer.train()`` for the Trainer, which saves
+nothing.
 
 The runs go round-robin (ours, fixed, dynamic, ours, ...) for ``--repeats`` rounds after one
-untimed warm-up round, so each round's three runs see the same machine load. A ratio is the
+untimed warm-up round on two batches, so each round's three runs see the same machine load. A ratio is the
 median over rounds of that round's ours/Trainer samples/s (absolute figures drift on a shared
 machine; side-by-side ratios do not).
+
+All three run on one intra-op thread by default (``--threads``). On a shared 2-core machine,
+torch's default of one thread per core makes every op wait at a barrier for a thread the
+neighbours' jobs have descheduled: a step measured here took ~7x longer on two threads than
+on one, and what that measures is the neighbours, not the loop. ``--threads 0`` keeps
+torch's default for a quiet machine.
 
 Usage (from the repository root)::
 
@@ -47,7 +55,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
@@ -60,6 +68,7 @@ from rich.console import Console  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
+    PrinterCallback,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -88,7 +97,9 @@ class Run:
     samples: int  # trained examples inside the loop window
     steps: int
     loop_s: float  # loop window: first batch taken -> last optimiser step done
-    call_s: float  # the whole finetune() / trainer.train() call
+    call_s: float  # the whole call, from loading the weights
+    loop_cpu_s: float  # CPU time of this process in the loop window (loop_cpu_s / loop_s:
+    #                    the share of the cores it got, as a contention check)
     mean_batch_tokens: float  # mean padded width T of the batches [B, T]
 
     @property
@@ -99,18 +110,30 @@ class Run:
     def call_samples_per_s(self) -> float:
         return self.samples / self.call_s
 
+    @property
+    def cpu_share(self) -> float:
+        """Cores' worth of CPU time per second in the loop window (2.0: two cores, all ours)."""
+        return self.loop_cpu_s / self.loop_s
+
 
 class _Clock:
     """Timestamps and batch widths gathered during one run."""
 
     def __init__(self) -> None:
-        self.start = self.end = 0.0
+        self.start = self.end = self.cpu_start = self.cpu_end = 0.0
         self.samples = self.steps = 0
         self.widths: list[int] = []
 
     def run(self, contender: str, call_s: float) -> Run:
         return Run(contender, self.samples, self.steps, self.end - self.start, call_s,
-                   statistics.fmean(self.widths))
+                   self.cpu_end - self.cpu_start, statistics.fmean(self.widths))
+
+    def begin(self) -> None:
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+
+    def tick(self) -> None:
+        self.steps += 1
+        self.end, self.cpu_end = time.perf_counter(), time.process_time()
 
 
 @contextlib.contextmanager
@@ -120,14 +143,13 @@ def _instrumented_loop(clock: _Clock):
 
     class TimedProgress(base_progress):
         def start(self, title: str, total_steps: int) -> None:
-            clock.start = time.perf_counter()
+            clock.begin()
             super().start(title, total_steps)
 
         def step(self, log: dict, samples: int, seconds: float) -> None:
             super().step(log, samples, seconds)
             clock.samples += samples
-            clock.steps += 1
-            clock.end = time.perf_counter()
+            clock.tick()
 
     def timed_collate(rows, pad_id, regression):
         batch = base_collate(rows, pad_id, regression)
@@ -146,11 +168,10 @@ class _TimedCallback(TrainerCallback):
         self.clock = clock
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.clock.start = time.perf_counter()
+        self.clock.begin()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.clock.steps += 1
-        self.clock.end = time.perf_counter()
+        self.clock.tick()
 
 
 def _counting(collator, clock: _Clock):
@@ -170,6 +191,15 @@ def benchmark_params(args: argparse.Namespace) -> Params:
                  "max_train_samples": args.samples, "max_eval_samples": args.eval_samples},
         "model": {"name": DEFAULT_MODEL},
         "train": {"epochs": 1, "batch_size": args.batch_size, "device": "cpu"},
+    })
+
+
+def warmup_params(params: Params) -> Params:
+    """The same settings on two batches: enough to take every code path once."""
+    return params_from_dict({
+        "data": {**asdict(params.data), "max_train_samples": 2 * params.train.batch_size},
+        "model": {"name": params.model.name},
+        "train": {"epochs": 1, "batch_size": params.train.batch_size, "device": "cpu"},
     })
 
 
@@ -199,6 +229,7 @@ def trainer_rows(params: Params, padded: bool) -> list[dict]:
 
 def run_trainer(contender: str, params: Params, rows: list[dict], collator, work: Path) -> Run:
     clock, t = _Clock(), params.train
+    started = time.perf_counter()
     model = AutoModelForSequenceClassification.from_pretrained(
         resolve_model(params.model.name), num_labels=get_task("sst2").num_labels)
     args = TrainingArguments(
@@ -210,7 +241,7 @@ def run_trainer(contender: str, params: Params, rows: list[dict], collator, work
         disable_tqdm=True, dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=rows,
                       data_collator=_counting(collator, clock), callbacks=[_TimedCallback(clock)])
-    started = time.perf_counter()
+    trainer.remove_callback(PrinterCallback)  # no metrics dict printed at the end
     trainer.train()
     call_s = time.perf_counter() - started
     return clock.run(contender, call_s)
@@ -222,6 +253,7 @@ def summarise(rounds: list[dict[str, Run]]) -> dict:
 
     figures = {c: {"samples_per_s": median(c, "samples_per_s"),
                    "call_samples_per_s": median(c, "call_samples_per_s"),
+                   "cpu_share": median(c, "cpu_share"),
                    "mean_batch_tokens": median(c, "mean_batch_tokens")} for c in CONTENDERS}
     ratios = {}
     for other, target in TARGETS.items():
@@ -238,15 +270,26 @@ def summarise(rounds: list[dict[str, Run]]) -> dict:
 def print_table(summary: dict, args: argparse.Namespace) -> None:
     print(f"\nSST-2 train, {args.samples} examples, batch {args.batch_size}, 1 epoch, "
           f"MiniLM-L6, CPU x{torch.get_num_threads()} threads; medians of {args.repeats} rounds")
-    print(f"{'contender':<17}{'samples/s':>10}{'whole call':>12}{'batch T':>9}")
+    print(f"{'contender':<17}{'samples/s':>10}{'whole call':>12}{'batch T':>9}{'cores':>7}")
     for name, f in summary["figures"].items():
         print(f"{name:<17}{f['samples_per_s']:>10.1f}{f['call_samples_per_s']:>12.1f}"
-              f"{f['mean_batch_tokens']:>9.1f}")
+              f"{f['mean_batch_tokens']:>9.1f}{f['cpu_share']:>7.2f}")
     for name, r in summary["ratios"].items():
         verdict = "met" if r["met"] else "NOT met"
         rounds = ", ".join(f"{x:.2f}" for x in r["per_round"])
         print(f"{name:<24} {r['ratio']:.2f}x  (target >= {r['target']:.1f}x: {verdict}; "
               f"rounds {rounds}; whole call {r['whole_call_ratio']:.2f}x)")
+
+
+def _contenders(params: Params, data_dir: Path, fixed: list[dict], dynamic: list[dict],
+                tokenizer, work: Path) -> dict:
+    return {
+        "ours": lambda: run_ours(params, data_dir, work),
+        "trainer-fixed": lambda: run_trainer("trainer-fixed", params, fixed,
+                                             default_data_collator, work),
+        "trainer-dynamic": lambda: run_trainer("trainer-dynamic", params, dynamic,
+                                               DataCollatorWithPadding(tokenizer), work),
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -255,6 +298,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
     parser.add_argument("--max-length", type=int, default=128, help="truncation / fixed padding")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads for all three (0: torch's default)")
     parser.add_argument("--eval-samples", type=int, default=32,
                         help="dev examples ours evaluates after the epoch (outside the window)")
     parser.add_argument("--glue-dir", type=Path, default=REPO.parent / "shared" / "glue")
@@ -268,27 +313,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     params = benchmark_params(args)
+    warm = warmup_params(params)
     work = Path(tempfile.mkdtemp(prefix="aclpipe-bench-"))
     try:
-        data_dir = work / "sst2"
-        meta = prepare(get_task("sst2"), params.data, params.model.name, data_dir,
-                       Path(params.data.glue_dir))
-        fixed, dynamic = trainer_rows(params, padded=True), trainer_rows(params, padded=False)
-        ours_ids = [r["input_ids"] for r in load_split(data_dir, "train")]
-        if ours_ids != [r["input_ids"] for r in dynamic]:
-            raise SystemExit("ours and the Trainer were given different token ids")
         tokenizer = load_tokenizer(params.model.name)
-        contenders = {
-            "ours": lambda: run_ours(params, data_dir, work),
-            "trainer-fixed": lambda: run_trainer("trainer-fixed", params, fixed,
-                                                 default_data_collator, work),
-            "trainer-dynamic": lambda: run_trainer("trainer-dynamic", params, dynamic,
-                                                   DataCollatorWithPadding(tokenizer), work),
-        }
+        contenders, meta = {}, {}
+        for label, p in (("warm-up", warm), ("timed", params)):
+            data_dir = work / f"sst2-{label}"
+            meta = prepare(get_task("sst2"), p.data, p.model.name, data_dir,
+                           Path(p.data.glue_dir))
+            fixed, dynamic = trainer_rows(p, padded=True), trainer_rows(p, padded=False)
+            ours_ids = [r["input_ids"] for r in load_split(data_dir, "train")]
+            if ours_ids != [r["input_ids"] for r in dynamic]:
+                raise SystemExit("ours and the Trainer were given different token ids")
+            contenders[label] = _contenders(p, data_dir, fixed, dynamic, tokenizer, work)
         rounds: list[dict[str, Run]] = []
         for index in range(args.repeats + 1):  # round 0 is the warm-up
-            this_round = {name: run() for name, run in contenders.items()}
+            runs = contenders["warm-up" if index == 0 else "timed"]
+            this_round = {name: run() for name, run in runs.items()}
             label = "warm-up" if index == 0 else f"round {index}/{args.repeats}"
             print(label + ": " + "  ".join(f"{n} {r.samples_per_s:.1f}/s"
                                            for n, r in this_round.items()), flush=True)
@@ -301,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/train_throughput.py " + " ".join(argv or sys.argv[1:])
     record = {
         "benchmark": "train_throughput", "command": command.strip(),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "setup": {"task": "sst2", "method": "ce", "model": DEFAULT_MODEL,
                   "samples": args.samples, "batch_size": args.batch_size,
                   "max_length": args.max_length, "repeats": args.repeats,
@@ -312,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                         "torch_threads": torch.get_num_threads(),
                         "trainer_optim": TrainingArguments(output_dir="unused").optim.value},
         **summary,
-        "runs": [{c: {**asdict(r[c]), "samples_per_s": r[c].samples_per_s} for c in CONTENDERS}
+        "runs": [{c: {**asdict(r[c]), "samples_per_s": r[c].samples_per_s,
+                      "cpu_share": r[c].cpu_share} for c in CONTENDERS}
                  for r in rounds],
     }
     atomic.write_text(args.out, json.dumps(record, indent=2) + "\n")

@@ -95,8 +95,10 @@ def write_stsb(folder: Path) -> None:
         lines = [STSB_HEADER]
         for i in range(n):
             a, b, score = pairs[i % len(pairs)]
-            lines.append(f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}"
-                         f"\t{score:.3f}\n")
+            lines.append(
+                f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}"
+                f"\t{score:.3f}\n"
+            )
         _write(folder / "STS-B" / f"{stem}.tsv", "".join(lines))
 
 
@@ -131,26 +133,39 @@ def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def tiny_params_dict(model_dir: Path, glue: Path | None = None) -> dict[str, Any]:
-    """A params.yaml mapping for the tiny model: small batches, one epoch, 32 tokens."""
-    return {
+def tiny_params_dict(model_dir: Path, glue: Path | None = None,
+                     **sections: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A params.yaml mapping for the tiny model: small batches, one epoch, 32 tokens; each
+    keyword updates one section."""
+    raw: dict[str, Any] = {
         "pipeline": {"tasks": ["sst2", "mrpc"], "methods": ["ce", "joint"]},
         "data": {"glue_dir": str(glue) if glue else None, "max_length": 32, "seed": 42},
         "model": {"name": str(model_dir)},
         "train": {"epochs": 1, "batch_size": 16, "lr": 1e-3, "head_lr": 1e-2,
                   "device": "cpu", "log_every": 1, "seed": 0},
-        "evaluate": {"batch_size": 16},
+        # No speed measurement: it times repeated runs, seconds that test nothing here.
+        "evaluate": {"batch_size": 16, "timing_examples": 0},
     }  # fmt: skip
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return raw
+
+
+@pytest.fixture(scope="session")
+def params_dict(tiny_model_dir: Path) -> Callable[..., dict[str, Any]]:
+    """``params_dict(glue_dir, train={...})``: a raw params.yaml mapping for the tiny model."""
+
+    def build(glue: Path | None = None, **sections: dict[str, Any]) -> dict[str, Any]:
+        return tiny_params_dict(tiny_model_dir, glue, **sections)
+
+    return build
 
 
 @pytest.fixture
-def make_params(tiny_model_dir: Path) -> Callable[..., Params]:
+def make_params(params_dict: Callable[..., dict[str, Any]]) -> Callable[..., Params]:
     """``make_params(train={"lr": 1e-2}, ...)``: typed Params for the tiny model."""
 
     def build(**sections: dict[str, Any]) -> Params:
-        raw = tiny_params_dict(tiny_model_dir)
-        for section, values in sections.items():
-            raw.setdefault(section, {}).update(values)
-        return params_from_dict(raw)
+        return params_from_dict(params_dict(None, **sections))
 
     return build

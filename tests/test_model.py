@@ -36,7 +36,7 @@ def build(model_dir: Path, **spec) -> MultiExitModel:
     return MultiExitModel(load_encoder(str(model_dir)), ExitSpec(**spec))
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "layer-attention"])
 @pytest.mark.parametrize(
     ("exits", "num_labels"), [([1, 2, 3], 2), ([3, 1], 3), ([2], 2), ([1, 2, 3], 1)]
 )
@@ -92,6 +92,8 @@ def saved_files(folder: Path) -> set[str]:
         {"pooling": "cls"},
         {"pooling": "mean", "exits": [1, 3]},
         {"pooling": "cls", "num_labels": 1, "label_embedding": "separate"},
+        {"pooling": "layer-attention", "exits": [2, 3]},
+        {"pooling": "layer-attention", "cls_from_mean": True, "num_labels": 3},
     ],
 )
 def test_save_load_roundtrip(tiny_model_dir: Path, tmp_path: Path, spec: dict) -> None:
@@ -233,3 +235,51 @@ def test_unknown_hub_id_offline_fails_fast() -> None:
         message = str(exc.value)
         assert "no-such-model-anywhere" in message and "HF_HUB_OFFLINE" in message
     assert time.monotonic() - started < 10
+
+
+def test_all_exit_logits_keeps_row_order(tiny_model_dir: Path) -> None:
+    """Rows are batched by length for speed, then put back in their own order."""
+    from aclpipe.scoring import all_exit_logits
+
+    model = build(tiny_model_dir, pooling="mean")
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    texts = ["the movie was very very good .", "bad", "good plot", "it is so fun and great .",
+             "a"]  # fmt: skip
+    rows = [{"input_ids": ids, "label": 0} for ids in tokenizer(texts)["input_ids"]]
+    model.train()
+    logits = all_exit_logits(model, rows, batch_size=2, pad_id=0, regression=False)
+    assert model.training  # restored after the eval-mode pass
+    assert logits.shape == (3, len(texts), 2)  # [E, N, C]
+    model.eval()
+    with torch.no_grad():
+        for i, row in enumerate(rows):
+            ids = torch.tensor([row["input_ids"]])
+            alone = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, 0]
+            torch.testing.assert_close(torch.from_numpy(logits[:, i]), alone)
+
+
+def test_make_spec_pooling_follows_the_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from aclpipe.config import params_from_dict
+    from aclpipe.methods import build_method
+    from aclpipe.train import make_spec
+
+    params = params_from_dict({"model": {"name": str(tiny_model_dir)}})
+    joint, ce = (
+        build_method("joint", params.method("joint")),
+        build_method("ce", params.method("ce")),
+    )
+    spec = make_spec(joint, params, 3, 2, str(tiny_model_dir), 0.1)
+    assert (spec.pooling, spec.cls_from_mean, spec.exits) == ("cls", False, [1, 2, 3])
+    assert make_spec(ce, params, 3, 2, str(tiny_model_dir), 0.1).exits == [3]
+    sentence_model = tmp_path / "st"
+    (sentence_model / "1_Pooling").mkdir(parents=True)
+    (sentence_model / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    spec = make_spec(joint, params, 3, 2, str(sentence_model), 0.1)
+    assert (spec.pooling, spec.cls_from_mean) == ("mean", True)
+    params = params_from_dict({"model": {"pooling": "layer-attention", "exits": [3, 1, 1],
+                                         "dropout": 0.0}})  # fmt: skip
+    spec = make_spec(joint, params, 3, 2, str(sentence_model), 0.1)
+    assert (spec.pooling, spec.cls_from_mean, spec.exits, spec.dropout) == (
+        "layer-attention", True, [1, 3], 0.0)  # fmt: skip
+    with pytest.raises(UserError, match="model.exits"):
+        make_spec(joint, params_from_dict({"model": {"exits": [4]}}), 3, 2, "x", 0.1)

@@ -14,6 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -23,6 +29,7 @@ def write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -43,6 +50,7 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     old = None
     if target.exists():
         old = target.parent / f".old-{target.name}-{os.getpid()}"
@@ -51,3 +59,31 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     os.replace(tmp, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_files(target: Path, last: str | None = None) -> Iterator[Path]:
+    """Yield an empty staging folder; on success each entry replaces its namesake in ``target``.
+
+    Unlike ``atomic_dir`` this leaves other entries of ``target`` alone (another stage's
+    output may live there, such as ``export/`` beside a trained model). Entries are moved one
+    by one with ``os.replace``, ``last`` (the file readers check for) at the end.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if last is not None and (target / last).exists():
+        os.unlink(target / last)  # a reader sees no output rather than a mix of old and new
+    entries = sorted(staging.iterdir(), key=lambda p: p.name == last)
+    for entry in entries:
+        destination = target / entry.name
+        if entry.is_dir():
+            os.chmod(entry, 0o777 & ~_umask())
+            if destination.exists():
+                shutil.rmtree(destination)
+        os.replace(entry, destination)
+    shutil.rmtree(staging, ignore_errors=True)

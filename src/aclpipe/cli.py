@@ -200,10 +200,118 @@ def evaluate(
                 Path("models") / t.name / m,
                 Path("data") / t.name,
                 Path("reports") / t.name / m,
-                p.evaluate.batch_size,
+                p.evaluate,
                 device,
                 console,
             )
+
+
+@app.command("export-exits")
+@user_errors
+def export_exits(
+    task: TaskOpt = None,
+    method: MethodOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+    opset: Annotated[
+        int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")
+    ] = None,
+) -> None:
+    """Export a trained model for early exit into models/<task>/<method>/export/: a
+    self-contained model folder, one ONNX graph per exit (checked against PyTorch with
+    onnxruntime), and the dev split's logits at every exit (dev_logits.npz)."""
+    from aclpipe.export import export_exits as run_export
+
+    p = _load(params, set)
+    for t in _tasks(task, p):
+        for m in _methods(method, p):
+            model_dir = Path("models") / t.name / m
+            run_export(
+                t,
+                model_dir,
+                Path("data") / t.name,
+                model_dir / "export",
+                batch_size=p.evaluate.batch_size,
+                opset=opset,
+                console=console,
+            )
+            console.print(f"exported {model_dir / 'export'}", highlight=False)
+
+
+@app.command()
+@user_errors
+def predict(
+    model: Annotated[
+        Path,
+        typer.Option(
+            "--model",
+            help="An exported model folder (models/<task>/<method>/export/model) or a "
+            "trained one (models/<task>/<method>).",
+        ),
+    ],
+    policy: Annotated[
+        str, typer.Option("--policy", help="Exit policy: entropy, patience or confidence.")
+    ] = "entropy",
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            help="Entropy S in [0, log C], patience t >= 1, or confidence delta in [0, 1].",
+        ),
+    ] = 0.3,
+    input: Annotated[
+        str,
+        typer.Option(
+            "--input",
+            "-i",
+            help="Text file, one sentence (or tab-separated pair) per line; - for stdin.",
+        ),
+    ] = "-",
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="JSON-lines output file; - for stdout.")
+    ] = "-",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sentences per batch.")] = 32,
+    max_length: Annotated[
+        int, typer.Option("--max-length", help="Tokens per input after truncation.")
+    ] = 128,
+) -> None:
+    """Predict with early exit: one JSON line per input line (label, probability, exit layer)."""
+    from aclpipe.predict import predict_lines, read_lines, write_jsonl
+
+    if batch_size < 1 or max_length < 2:
+        raise UserError("--batch-size must be >= 1 and --max-length >= 2")
+    rows = predict_lines(
+        model, read_lines(input), policy, threshold, batch_size=batch_size, max_length=max_length
+    )
+    write_jsonl(rows, sys.stdout if output == "-" else Path(output))
+
+
+@app.command()
+@user_errors
+def tradeoff(
+    task: TaskOpt = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help="Comma-separated methods to compare (default: every "
+            "method with results under reports/<task>/).",
+        ),
+    ] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
+    """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
+    score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
+    from aclpipe.tasks import get_task
+    from aclpipe.tradeoff import tradeoff as run_tradeoff
+
+    p = _load(params, set)
+    chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    names = [task] if task else p.pipeline.tasks
+    for name in names:
+        get_task(name)
+        run_tradeoff(name, Path("reports"), chosen, console=console)
 
 
 @app.command()

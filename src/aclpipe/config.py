@@ -25,19 +25,17 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 @dataclass
 class PipelineConfig:
-    tasks: list[str] = field(
-        default_factory=lambda: ["sst2", "mrpc"]
-    )  # tasks a stage runs without --task
-    methods: list[str] = field(
-        default_factory=lambda: ["ce", "joint", "deebert"]
-    )  # methods run without --method
+    # tasks and methods a stage runs without --task / --method (dvc.yaml's matrix)
+    tasks: list[str] = field(default_factory=lambda: ["sst2", "mrpc"])
+    methods: list[str] = field(default_factory=lambda: ["ce", "joint", "deebert"])
+    # trained methods that `dvc repro` exports for early exit (export-exits)
+    export_methods: list[str] = field(default_factory=list)
 
 
 @dataclass
 class DataConfig:
-    glue_dir: str | None = (
-        "../shared/glue"  # local classic glue_data folder; GLUE_DIR and --glue-dir override
-    )
+    # local classic glue_data folder; GLUE_DIR and --glue-dir override it
+    glue_dir: str | None = "../shared/glue"
     hub_id: str = "nyu-mll/glue"  # used when the local folder lacks the task
     max_length: int = 128  # tokens per example after truncation (pairs truncated longest-first)
     max_train_samples: int | None = None  # deterministic subsample of train (None: all)
@@ -48,9 +46,8 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = DEFAULT_MODEL  # hub id or local folder; the default resolves offline from a package
-    pooling: str = (
-        "auto"  # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints)
-    )
+    # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints, else cls)
+    pooling: str = "auto"
     exits: list[int] | None = None  # 1-based layers with an exit head (None: every layer)
     dropout: float | None = None  # exit-head dropout (None: the backbone's hidden_dropout_prob)
     label_embedding: str = "classifier"  # classifier (rows of W_k) | separate (own [C, d] table)
@@ -69,12 +66,18 @@ class TrainConfig:
     seed: int = 42
     device: str = "auto"  # auto | cpu | cuda
     log_every: int = 10  # steps between progress lines when stdout is not a terminal
-    record_angles: bool = False  # also record grad cosines for methods whose rule is a plain sum (costs a 2nd backward)
+    # also record gradient cosines for plain-sum methods (costs a second backward pass)
+    record_angles: bool = False
 
 
 @dataclass
 class EvaluateConfig:
-    batch_size: int = 64
+    batch_size: int = 64  # all-exit forward passes over the dev split
+    sweep: bool = True  # multi-exit models: sweep every exit policy over a threshold grid
+    grid_points: int = 11  # thresholds per policy for entropy and confidence (patience: 1..E-1)
+    patience_eps: float = 0.1  # patience on regression (STS-B): outputs agree when |diff| < eps
+    timing_examples: int = 128  # dev examples the speed-ups are measured on (0: no timing)
+    timing_repeats: int = 3  # timed repeats after a warm-up; the median is reported
 
 
 @dataclass
@@ -89,9 +92,8 @@ class MethodConfig:
     acl_grad: bool = True  # ACL-Grad: drop the ACL term when the gradients conflict
     max_angle: float = 90.0  # ACL-Grad: conflict when the angle exceeds this (degrees)
     gr: bool = True  # RomeBERT: gradient regularisation (projection) on conflict
-    grad_scope: str = (
-        "encoder"  # parameters a gradient rule looks at: encoder | encoder-weights | all
-    )
+    # parameters a gradient rule looks at: encoder | encoder-weights | all
+    grad_scope: str = "encoder"
     weights: str = "uniform"  # multi-exit CE weights: uniform | linear
     sd: bool = False  # acl-cl: add the KL self-distillation term
 
@@ -136,10 +138,19 @@ _POSITIVE = {
     "train.head_lr",
     "train.log_every",
     "evaluate.batch_size",
+    "evaluate.grid_points",
+    "evaluate.timing_repeats",
+    "evaluate.patience_eps",
     "methods.*.tau",
     "methods.*.T",
 }
-_NON_NEGATIVE = {"train.weight_decay", "train.max_grad_norm", "methods.*.lam", "methods.*.lam_cl"}
+_NON_NEGATIVE = {
+    "train.weight_decay",
+    "train.max_grad_norm",
+    "methods.*.lam",
+    "methods.*.lam_cl",
+    "evaluate.timing_examples",
+}
 _UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}
 
 
@@ -186,6 +197,8 @@ def _check_range(key: str, value: Any) -> None:
         raise UserError(f"{key} must be >= 0, got {value!r}: fix it in params.yaml or --set")
     if pattern in _UNIT and not 0 <= value <= 1:
         raise UserError(f"{key} must be in [0, 1], got {value!r}: fix it in params.yaml or --set")
+    if key == "evaluate.grid_points" and value < 2:
+        raise UserError(f"{key} must be >= 2 (a grid has two ends), got {value!r}")
     if pattern == "methods.*.max_angle" and not 0 <= value <= 180:
         raise UserError(f"{key} must be in [0, 180] degrees, got {value!r}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -9,10 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from aclpipe import atomic
+from aclpipe.config import EvaluateConfig
+from aclpipe.data import subsample
 from aclpipe.data import load_split
 from aclpipe.model import load_multi_exit
 from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
 from aclpipe.tasks import Task
+from aclpipe.sweep import sweep
 from aclpipe.train import STEP_LOG
 
 
@@ -58,11 +63,13 @@ def evaluate(
     model_dir: Path,
     data_dir: Path,
     out_dir: Path,
-    batch_size: int,
+    cfg: EvaluateConfig,
     device: str = "cpu",
     console: Console | None = None,
 ) -> dict:
-    """Score every exit of the trained model on each dev split; write ``metrics.json``."""
+    """Score every exit on each dev split (``metrics.json``); sweep the exit policies
+    (``curves.json``, ``curves.csv``)."""
+    batch_size = cfg.batch_size
     console = console or Console()
     model = load_multi_exit(model_dir).to(device)
     pad_id = model.encoder.config.pad_token_id or 0
@@ -79,13 +86,104 @@ def evaluate(
             "final_score": scores[-1],
             "average_over_exits": sum(scores) / len(scores),
         }
+        if split == task.dev_splits[0][0]:
+            primary_rows, primary_logits = rows, logits
     primary = report["splits"][task.dev_splits[0][0]]
     report["final_score"] = primary["final_score"]
     report["average_over_exits"] = primary["average_over_exits"]
     report["gradient_rule"] = gradient_rule_summary(model_dir / STEP_LOG)
+    curves = {
+        "task": task.name,
+        "method": method,
+        "split": task.dev_splits[0][0],
+        "exits": exits,
+        "num_layers": model.num_layers,
+        "points": [],
+    }
+    if cfg.sweep and model.num_exits > 1:
+        timing_rows = subsample(primary_rows, cfg.timing_examples, seed=0)
+        model.to("cpu")  # speed is measured on the CPU, where early exit is shipped here
+        curves.update(
+            sweep(
+                task,
+                model,
+                primary_logits,
+                split_labels(primary_rows, task),
+                timing_rows,
+                pad_id,
+                cfg.grid_points,
+                cfg.timing_repeats,
+                cfg.patience_eps,
+            )
+        )
+    else:
+        curves["full_model"] = {"score": report["final_score"]}
     atomic.write_text(out_dir / "metrics.json", json.dumps(report, indent=2) + "\n")
+    atomic.write_text(out_dir / "curves.json", json.dumps(curves, indent=2) + "\n")
+    atomic.write_text(out_dir / "curves.csv", curves_csv(curves["points"]))
     console.print(render_table(report))
+    if curves["points"]:
+        console.print(render_curves(curves))
     return report
+
+
+CURVE_COLUMNS = (
+    "policy",
+    "threshold",
+    "score",
+    "mean_exit_layer",
+    "expected_time_ratio",
+    "layer_speedup",
+    "measured_speedup_batch1",
+    "measured_speedup_batch32",
+)
+
+
+def curves_csv(points: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CURVE_COLUMNS)
+    for point in points:
+        writer.writerow([_cell(point.get(c)) for c in CURVE_COLUMNS])
+    return buffer.getvalue()
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def render_curves(curves: dict) -> Table:
+    table = Table(
+        title=f"{curves['task']} / {curves['method']}: exit policies "
+        f"(speed measured on {curves.get('timing_examples', 0)} dev examples)"
+    )
+    for column in (
+        "policy",
+        "threshold",
+        "score",
+        "mean layer",
+        "layer speed-up",
+        "measured b1",
+        "measured b32",
+    ):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for p in curves["points"]:
+        table.add_row(
+            p["policy"],
+            f"{p['threshold']:g}",
+            f"{100 * p['score']:.2f}",
+            f"{p['mean_exit_layer']:.2f}",
+            f"{p['layer_speedup']:.2f}x",
+            _speed(p.get("measured_speedup_batch1")),
+            _speed(p.get("measured_speedup_batch32")),
+        )
+    return table
+
+
+def _speed(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def render_table(report: dict) -> Table:

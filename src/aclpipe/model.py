@@ -74,6 +74,11 @@ class ExitHead(nn.Module):
             self.label_table = nn.Parameter(torch.randn(spec.num_labels, hidden_size) * init_range)
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, T]`` 0/1 attention mask -> ``[B, 1, 1, T]`` additive mask for the layers."""
+    return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
 class MultiExitModel(nn.Module):
     """An encoder (``self.encoder``) and one ``ExitHead`` per exit (``self.heads``)."""
 
@@ -119,6 +124,28 @@ class MultiExitModel(nn.Module):
             [head.classifier(head.dropout(z)) for head, z in zip(self.heads, features)]
         )  # [E, B, C]
         return ExitOutput(logits=logits, features=features)
+
+    def layer_modules(self) -> nn.ModuleList:
+        """The encoder's transformer layers, for running them one at a time."""
+        for owner in ("encoder", "transformer"):  # BERT, RoBERTa, MiniLM, ELECTRA / DistilBERT
+            stack = getattr(getattr(self.encoder, owner, None), "layer", None)
+            if isinstance(stack, nn.ModuleList):
+                return stack
+        raise UserError(
+            f"early exit layer by layer is not supported for {type(self.encoder).__name__}: "
+            "use a BERT-, RoBERTa-, ELECTRA- or DistilBERT-style encoder"
+        )
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None):
+        """``h_0``, the embedding output ``[B, T, H]``."""
+        if token_type_ids is not None and "token_type_ids" in self._embedding_args():
+            return self.encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        return self.encoder.embeddings(input_ids=input_ids)
+
+    def _embedding_args(self) -> set[str]:
+        import inspect
+
+        return set(inspect.signature(self.encoder.embeddings.forward).parameters)
 
     def label_embeddings(self) -> torch.Tensor:
         """Label embedding of each class at each exit, ``[E, C, D]`` (METHODS.md, Notation)."""

@@ -26,12 +26,13 @@ from aclpipe.data import collate, load_meta, load_split
 from aclpipe.errors import UserError
 from aclpipe.grad_rules import combine_gradients, scope_mask
 from aclpipe.methods import LossInputs, Method, Stage, build_method
-from aclpipe.model import ExitSpec, MultiExitModel
+from aclpipe.model import MODEL_CONFIG, ExitSpec, MultiExitModel
 from aclpipe.progress import TrainProgress
 from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
 from aclpipe.tasks import Task
 
 HISTORY = "history.json"
+TOKENIZER = "tokenizer"
 STEP_LOG = "steps.jsonl"
 
 
@@ -263,21 +264,16 @@ def finetune(
                 _checkpoint(model, checkpoint_dir, history)
         progress.stop()
     if main_process:
-        with atomic.atomic_dir(out_dir) as tmp:
+        with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
             model.save(tmp)
-            _save_tokenizer(params, tmp)
-            (tmp / HISTORY).write_text(
-                json.dumps(
-                    {
-                        "task": task.name,
-                        "method": method.name,
-                        "exits": spec.exits,
-                        "epochs": history,
-                    },
-                    indent=2,
-                ),
-                encoding="utf-8",
-            )
+            _save_tokenizer(params, tmp / TOKENIZER)
+            summary = {
+                "task": task.name,
+                "method": method.name,
+                "exits": spec.exits,
+                "epochs": history,
+            }
+            (tmp / HISTORY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
             with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
                 for row in step_log:
                     f.write(json.dumps(row) + "\n")

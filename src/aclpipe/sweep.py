@@ -1,0 +1,146 @@
+"""Policy sweeps: quality from all-exit logits, speed from the early-exit runtime.
+
+For each policy and threshold, the score, mean exit layer, expected time ratio and layer
+speed-up come from the policy applied to the dev split's all-exit logits (no forward pass).
+The measured speed-up is the full model's wall-clock time over the early-exit runtime's on the
+same inputs (a fixed subset of the dev split), at batch size 1 and batched, each the median of
+several repeats after a warm-up, both timed in this process, interleaved.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from aclpipe.data import collate
+from aclpipe.metrics import compute_metrics, task_score
+from aclpipe.model import MultiExitModel
+from aclpipe.policies import POLICIES, default_grid, exit_indices
+from aclpipe.runtime import EarlyExitRuntime, full_forward
+from aclpipe.tasks import Task
+
+
+def policy_point(
+    task: Task,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    exits: list[int],
+    num_layers: int,
+    policy: str,
+    threshold: float,
+    eps: float,
+) -> dict:
+    """Quality and expected cost of one setting, from all-exit logits ``[E, N, C]``."""
+    chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)  # [N]
+    picked = logits[chosen, np.arange(logits.shape[1])]  # [N, C]
+    predictions = picked[:, 0] if task.is_regression else picked.argmax(axis=-1)
+    metrics = compute_metrics(task, predictions, labels)
+    layers = np.asarray(exits)[chosen]
+    ratio = float(layers.sum() / (len(layers) * num_layers))
+    return {
+        "policy": policy,
+        "threshold": threshold,
+        "score": task_score(task, metrics),
+        "metrics": metrics,
+        "mean_exit_layer": float(layers.mean()),
+        "expected_time_ratio": ratio,
+        "layer_speedup": 1.0 / ratio,
+    }
+
+
+def _batches(rows: list[dict], size: int, pad_id: int, regression: bool) -> list[dict]:
+    out = []
+    for start in range(0, len(rows), size):
+        batch = collate(rows[start : start + size], pad_id, regression)
+        batch.pop("labels")
+        out.append(batch)
+    return out
+
+
+def time_settings(
+    model: MultiExitModel,
+    rows: list[dict],
+    settings: list[tuple[str, float]],
+    pad_id: int,
+    regression: bool,
+    eps: float,
+    repeats: int,
+    batch_sizes: tuple[int, ...] = (1, 32),
+) -> dict:
+    """Seconds of the full model and of each setting's runtime, per batch size (medians).
+
+    Each repeat times the full model and then every setting back to back, so machine noise
+    falls on all of them alike; one untimed warm-up pass precedes the repeats.
+    """
+    model.eval()
+    result = {}
+    with torch.inference_mode():
+        for size in batch_sizes:
+            batches = _batches(rows, size, pad_id, regression)
+            runtimes = [EarlyExitRuntime(model, p, t, regression, eps) for p, t in settings]
+
+            def run_full():
+                for b in batches:
+                    full_forward(model, **b)
+
+            def runner(rt):
+                return lambda: [rt(**b) for b in batches]
+
+            calls = [run_full] + [runner(rt) for rt in runtimes]
+            for call in calls:  # warm-up
+                call()
+            samples: list[list[float]] = [[] for _ in calls]
+            for _ in range(repeats):
+                for i, call in enumerate(calls):
+                    started = time.perf_counter()
+                    call()
+                    samples[i].append(time.perf_counter() - started)
+            medians = [statistics.median(s) for s in samples]
+            result[size] = {"full": medians[0], "settings": medians[1:]}
+    return result
+
+
+def sweep(
+    task: Task,
+    model: MultiExitModel,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    timing_rows: list[dict],
+    pad_id: int,
+    grid_points: int,
+    repeats: int,
+    eps: float,
+) -> dict:
+    """Every policy over its threshold grid: quality, expected and measured speed-ups."""
+    exits, num_layers = model.spec.exits, model.num_layers
+    policies = ["patience"] if task.is_regression else list(POLICIES)
+    settings = [
+        (p, t) for p in policies for t in default_grid(p, task.num_labels, len(exits), grid_points)
+    ]
+    points = [policy_point(task, logits, labels, exits, num_layers, p, t, eps) for p, t in settings]
+    full_logits = logits[-1]
+    full_predictions = full_logits[:, 0] if task.is_regression else full_logits.argmax(-1)
+    full_score = task_score(task, compute_metrics(task, full_predictions, labels))
+    timing = (
+        time_settings(model, timing_rows, settings, pad_id, task.is_regression, eps, repeats)
+        if timing_rows
+        else {}
+    )
+    for i, point in enumerate(points):
+        for size, measured in timing.items():
+            point[f"measured_speedup_batch{size}"] = measured["full"] / measured["settings"][i]
+    return {
+        "exits": exits,
+        "num_layers": num_layers,
+        "timing_examples": len(timing_rows),
+        "timing_repeats": repeats,
+        "full_model": {
+            "score": full_score,
+            "expected_time_ratio": exits[-1] / num_layers,
+            **{f"seconds_batch{s}": m["full"] for s, m in timing.items()},
+        },
+        "points": points,
+    }

@@ -1,0 +1,295 @@
+"""The trade-off report: how much faster each method runs within a score budget.
+
+The reference is the full ``ce`` model's dev score. For a budget of ``b`` points (x100), a
+method's admissible settings are those of its early-exit sweep (``curves.json``), and its full
+model, that score at least ``reference - b / 100``; we report the one with the best layer
+speed-up, with that same setting's measured speed-ups at batch 1 and 32. Also the score of
+every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from aclpipe import atomic
+from aclpipe.errors import UserError
+from aclpipe.tradeoff_plots import draw_exit_scores, draw_score_vs_time
+
+BUDGETS = (0, 1, 2, 5)
+# A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
+_TOLERANCE = 1e-9
+POINT_FIELDS = [
+    "policy", "threshold", "score", "mean_exit_layer", "expected_time_ratio",
+    "layer_speedup", "measured_speedup_batch1", "measured_speedup_batch32",
+]  # fmt: skip
+ROW_FIELDS = ["method", "budget_points", "min_score", *POINT_FIELDS]
+CURVE_FIELDS = ["method", *POINT_FIELDS]
+PLOTS = ("tradeoff_score_vs_time.png", "exit_scores.png")
+NAMES = ("tradeoff.md", "tradeoff.csv", "tradeoff_curves.csv", "exit_scores.csv", *PLOTS)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"cannot read {path} ({err}): delete it and run the stage that writes it again"
+        ) from err
+
+
+def _how_to(task: str, method: str) -> str:
+    run = f"--task {task} --method {method}"
+    return f"run `aclpipe finetune {run}` and `aclpipe evaluate {run}` (or `dvc repro`)"
+
+
+def load_results(task: str, task_dir: Path, methods: list[str] | None) -> tuple[dict, list[str]]:
+    """``{method: {"metrics": ..., "curves": ... or None}}`` and the requested methods missing.
+
+    Raises UserError when the task has no results at all or when ``ce`` (the reference) has none.
+    """
+    found = sorted(p.parent.name for p in task_dir.glob("*/metrics.json"))
+    if not found:
+        raise UserError(
+            f"no results for task {task} under {task_dir}: run `aclpipe prepare --task {task}`, "
+            f"`aclpipe finetune --task {task}` and `aclpipe evaluate --task {task}`, or add "
+            f"{task} to pipeline.tasks in params.yaml and run `dvc repro`"
+        )
+    if "ce" not in found:
+        raise UserError(
+            f"no ce result for {task}: the budgets are measured from the full ce model's dev "
+            f"score, so {_how_to(task, 'ce')}"
+        )
+    wanted = methods if methods is not None else ["ce", *(m for m in found if m != "ce")]
+    missing = [m for m in wanted if m not in found]
+    results = {}
+    for method in (m for m in wanted if m in found):
+        curves_path = task_dir / method / "curves.json"
+        results[method] = {
+            "metrics": _read_json(task_dir / method / "metrics.json"),
+            "curves": _read_json(curves_path) if curves_path.exists() else None,
+        }
+    if not results:
+        raise UserError(
+            f"none of the requested methods ({', '.join(wanted)}) has results on {task}; "
+            f"methods with results: {', '.join(found)}"
+        )
+    return results, missing
+
+
+def full_model_point(result: dict) -> dict:
+    """The method's full model as a setting: every sample leaves at the last exit."""
+    metrics, curves = result["metrics"], result["curves"]
+    full = (curves or {}).get("full_model", {})
+    ratio = full.get("expected_time_ratio", 1.0)
+    return {"policy": "full", "threshold": None, "score": full.get("score", metrics["final_score"]),
+            "mean_exit_layer": metrics["exits"][-1], "expected_time_ratio": ratio,
+            "layer_speedup": 1.0 / ratio, "measured_speedup_batch1": 1.0,
+            "measured_speedup_batch32": 1.0}  # fmt: skip
+
+
+def method_points(result: dict) -> list[dict]:
+    """The full model first, then every sweep point (fields of ``POINT_FIELDS``)."""
+    sweep = (result["curves"] or {}).get("points", [])
+    return [full_model_point(result), *({f: p.get(f) for f in POINT_FIELDS} for p in sweep)]
+
+
+def best_within(points: list[dict], min_score: float) -> dict | None:
+    """The admissible point with the best layer speed-up (ties: higher score, then first)."""
+    admitted = [p for p in points if p["score"] >= min_score - _TOLERANCE]
+    if not admitted:
+        return None
+    return max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+
+
+def exit_score_table(result: dict) -> dict[int, float]:
+    """Score per exit layer on the primary dev split (the first in ``metrics.json``)."""
+    primary = next(iter(result["metrics"]["splits"].values()))
+    return {e["layer"]: e["score"] for e in primary["per_exit"]}
+
+
+def tradeoff(
+    task: str,
+    reports_dir: Path = Path("reports"),
+    methods: list[str] | None = None,
+    budgets: tuple[int, ...] = BUDGETS,
+    console: Console | None = None,
+) -> dict:
+    """Speed-up within each score budget, per method; print the tables and write the report.
+
+    Args:
+        task: the GLUE task name (``rte``).
+        reports_dir: the folder holding ``<task>/<method>/metrics.json`` (and ``curves.json``).
+        methods: the methods to compare; ``None`` takes every method with results.
+        budgets: score drops from the ce reference, in points (x100).
+        console: where to print; a fresh ``Console()`` by default.
+
+    Returns:
+        ``{"task", "reference", "budgets", "rows", "exit_scores", "num_layers", "missing",
+        "files"}``; ``rows`` holds one dict per method and budget (fields ``ROW_FIELDS``, the
+        point's fields ``None`` when no setting meets the budget).
+    """
+    console = console or Console()
+    task_dir = reports_dir / task
+    results, missing = load_results(task, task_dir, methods)
+    notes = [f"no results for method {m} on {task}: {_how_to(task, m)}" for m in missing]
+    notes += [f"{m} on {task} has no curves.json (early-exit sweep not run): only its full "
+              "model counts" for m, r in results.items() if not r["curves"] and len(r["metrics"]["exits"]) > 1]  # fmt: skip
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
+    reference = _read_json(task_dir / "ce" / "metrics.json")["final_score"]
+    points = {m: method_points(r) for m, r in results.items()}
+    exit_scores = {m: exit_score_table(r) for m, r in results.items()}
+    curves = [r["curves"] for r in results.values() if r["curves"]]
+    report = {
+        "task": task, "reference": reference, "budgets": list(budgets),
+        "rows": budget_rows(points, reference, budgets), "exit_scores": exit_scores,
+        "num_layers": max([c["num_layers"] for c in curves] + [max(s) for s in exit_scores.values()]),
+        "missing": missing,
+    }  # fmt: skip
+    summary = {m: r["metrics"] for m, r in results.items()}
+    console.print(render_budget_table(report))
+    console.print(render_exit_table(report, summary))
+    timing = next((c["timing_examples"] for c in curves if c.get("timing_examples")), None)
+    texts = {
+        "tradeoff.md": markdown(report, summary, timing),
+        "tradeoff.csv": to_csv(ROW_FIELDS, report["rows"]),
+        "tradeoff_curves.csv": to_csv(
+            CURVE_FIELDS, [{"method": m, **p} for m, pts in points.items() for p in pts]
+        ),
+        "exit_scores.csv": to_csv(["method", "layer", "score"], [
+            {"method": m, "layer": k, "score": s} for m, sc in exit_scores.items() for k, s in sc.items()
+        ]),
+    }  # fmt: skip
+    for name, text in texts.items():
+        atomic.write_text(task_dir / name, text)
+    draw_score_vs_time(task, points, reference, task_dir / PLOTS[0])
+    draw_exit_scores(task, exit_scores, report["num_layers"], reference, task_dir / PLOTS[1])
+    report["files"] = [str(task_dir / n) for n in NAMES]
+    console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
+    return report
+
+
+def budget_rows(
+    points: dict[str, list[dict]], reference: float, budgets: tuple[int, ...]
+) -> list[dict]:
+    """One row per method and budget: the chosen point's fields, all ``None`` if none meets it."""
+    rows = []
+    for method, own in points.items():
+        for budget in budgets:
+            min_score = round(reference - budget / 100, 10)  # 0.79, not 0.7900000000000001
+            best = best_within(own, min_score) or dict.fromkeys(POINT_FIELDS)
+            rows.append({"method": method, "budget_points": budget, "min_score": min_score,
+                         **{f: best[f] for f in POINT_FIELDS}})  # fmt: skip
+    return rows
+
+
+def _speedup(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
+def _setting(row: dict) -> str:
+    if row["policy"] == "full":
+        return "full model"
+    return f"{row['policy']}@{row['threshold']:g}"
+
+
+def _budget_name(budget: int) -> str:
+    return "no drop" if budget == 0 else f"≤ {budget} pt{'s' if budget != 1 else ''} drop"
+
+
+def _cells(report: dict, method: str, sep: str) -> list[str]:
+    """Per budget: layer speed-up (score x100), measured batch 1 / 32, the setting; or "-"."""
+    rows = [r for r in report["rows"] if r["method"] == method]
+    return [
+        "-"
+        if r["policy"] is None
+        else sep.join([
+            f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
+            f"{_speedup(r['measured_speedup_batch1'])} / {_speedup(r['measured_speedup_batch32'])}",
+            _setting(r),
+        ])
+        for r in rows
+    ]  # fmt: skip
+
+
+def render_budget_table(report: dict) -> Table:
+    """Rich table: rows methods, one column per budget."""
+    table = Table(
+        title=f"{report['task']}: best speed-up within a score budget "
+        f"(reference ce {100 * report['reference']:.2f})",
+        caption="each cell: layer speed-up (score x100) / measured speed-up, batch 1 / 32 / setting",
+    )
+    table.add_column("method")
+    for budget in report["budgets"]:
+        table.add_column(_budget_name(budget), justify="right")
+    for method in report["exit_scores"]:
+        table.add_row(method, *_cells(report, method, "\n"))
+    return table
+
+
+def _exit_header(report: dict) -> list[str]:
+    return ["method", *(f"L{k}" for k in range(1, report["num_layers"] + 1)), "final", "avg"]
+
+
+def _exit_cells(report: dict, metrics: dict, method: str) -> list[str]:
+    """Score x100 per layer 1..L (blank where there is no exit), final, average over exits."""
+    scores = report["exit_scores"][method]
+    layers = range(1, report["num_layers"] + 1)
+    cells = [f"{100 * scores[k]:.2f}" if k in scores else "" for k in layers]
+    return [*cells, *(f"{100 * metrics[f]:.2f}" for f in ("final_score", "average_over_exits"))]
+
+
+def render_exit_table(report: dict, summary: dict) -> Table:
+    """Rich table: rows methods, columns layers 1..L (blank where no exit), final, average."""
+    table = Table(title=f"{report['task']}: dev score per exit layer (x100; avg over exits)")
+    for i, name in enumerate(_exit_header(report)):
+        table.add_column(name, justify="right" if i else "left")
+    for method, metrics in summary.items():
+        table.add_row(method, *_exit_cells(report, metrics, method))
+    return table
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(report: dict, summary: dict, timing_examples: int | None) -> str:
+    """Both tables as Markdown, with the reference and how the speed-ups are measured."""
+    on = f" on {timing_examples} dev examples" if timing_examples else ""
+    budgets = _md_table(
+        ["method", *(_budget_name(b) for b in report["budgets"])],
+        [[m, *_cells(report, m, "; ")] for m in report["exit_scores"]],
+    )
+    exits = _md_table(
+        _exit_header(report),
+        [[m, *_exit_cells(report, metrics, m)] for m, metrics in summary.items()],
+    )
+    missing = "".join(f"\nNo results for {m}.\n" for m in report["missing"])
+    return (
+        f"# {report['task']}: speed-up within a score budget\n\n"
+        f"Reference: the full ce model's dev score, {100 * report['reference']:.2f} (x100). "
+        "A budget of b points admits every setting scoring at least reference - b.\n\n"
+        "Each cell: layer speed-up (score x100); measured speed-up at batch 1 / batch 32; the "
+        "setting (policy@threshold, or the full model); - when no setting meets the budget.\n\n"
+        f"Layer speed-up = 1 / expected time ratio (layers run / all layers); measured speed-up = "
+        f"the full model's wall-clock time over the early-exit runtime's{on}, median of repeats "
+        "after a warm-up.\n\n"
+        f"{budgets}\n{missing}\n## Dev score per exit layer (x100; avg: over exits)\n\n{exits}\n"
+    )
+
+
+def to_csv(fields: list[str], rows: list[dict]) -> str:
+    """CSV text with a header; ``None`` becomes an empty cell."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in fields})
+    return buffer.getvalue()

@@ -1,0 +1,204 @@
+"""The trade-off report on hand-made results: budget selection, errors, and every file written."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import aclpipe.tradeoff
+from aclpipe.errors import UserError
+from aclpipe.tradeoff import best_within, tradeoff
+
+TASK = "rte"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# joint's sweep on a 4-layer model; reference (ce) is 0.80. Hand-picked so that each budget
+# picks a different setting: 0 -> entropy@0.3, 1 -> patience@1, 2 -> entropy@0.5,
+# 5 -> confidence@0.8; confidence@0.6 is fastest but never within budget.
+JOINT_POINTS = [
+    # policy, threshold, score, expected_time_ratio, measured b1, measured b32
+    ("entropy", 0.1, 0.805, 0.8, 1.10, 1.20),
+    ("entropy", 0.3, 0.800, 0.625, 1.40, 1.50),
+    ("entropy", 0.5, 0.785, 0.5, 1.70, 1.90),
+    ("patience", 1, 0.790, 0.55, 1.55, 1.60),
+    ("confidence", 0.8, 0.760, 0.4, 2.10, 2.30),
+    ("confidence", 0.6, 0.700, 0.25, 3.00, 3.50),
+]
+
+
+def quiet() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=200, color_system=None), out
+
+
+def write_metrics(folder: Path, method: str, scores: dict[int, float]) -> None:
+    per_exit = [{"layer": k, "metrics": {"accuracy": s}, "score": s} for k, s in scores.items()]
+    values = list(scores.values())
+    split = {"examples": 200, "per_exit": per_exit, "final_score": values[-1],
+             "average_over_exits": sum(values) / len(values)}  # fmt: skip
+    report = {"task": TASK, "method": method, "exits": list(scores), "splits": {"dev": split},
+              "final_score": values[-1], "average_over_exits": split["average_over_exits"]}  # fmt: skip
+    (folder / method).mkdir(parents=True, exist_ok=True)
+    (folder / method / "metrics.json").write_text(json.dumps(report), encoding="utf-8")
+
+
+def write_curves(folder: Path, method: str, full_score: float) -> None:
+    points = [
+        {"policy": p, "threshold": t, "score": s, "metrics": {"accuracy": s},
+         "mean_exit_layer": 4 * r, "expected_time_ratio": r, "layer_speedup": 1 / r,
+         "measured_speedup_batch1": b1, "measured_speedup_batch32": b32}
+        for p, t, s, r, b1, b32 in JOINT_POINTS
+    ]  # fmt: skip
+    curves = {"task": TASK, "method": method, "exits": [1, 2, 3, 4], "num_layers": 4,
+              "split": "dev", "timing_examples": 64,
+              "full_model": {"score": full_score, "seconds_batch1": 2.0, "seconds_batch32": 0.5},
+              "points": points}  # fmt: skip
+    (folder / method / "curves.json").write_text(json.dumps(curves), encoding="utf-8")
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    """reports/rte/{ce, joint, scl}: ce 0.80 (single exit), joint 4 exits + sweep, scl 0.79."""
+    task_dir = tmp_path / "reports" / TASK
+    write_metrics(task_dir, "ce", {4: 0.80})
+    write_metrics(task_dir, "joint", {1: 0.62, 2: 0.71, 3: 0.78, 4: 0.81})
+    write_curves(task_dir, "joint", 0.81)
+    write_metrics(task_dir, "scl", {4: 0.79})
+    return tmp_path / "reports"
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the figures (most of a run's time) where a test checks only the numbers."""
+    monkeypatch.setattr(aclpipe.tradeoff, "draw_score_vs_time", lambda *args: None)
+    monkeypatch.setattr(aclpipe.tradeoff, "draw_exit_scores", lambda *args: None)
+
+
+def pick(result: dict, method: str, budget: int) -> dict:
+    return next(r for r in result["rows"] if r["method"] == method and r["budget_points"] == budget)
+
+
+def test_budget_selection_by_hand(reports: Path, no_plots: None) -> None:
+    console, _ = quiet()
+    result = tradeoff(TASK, reports, console=console)
+    assert result["reference"] == pytest.approx(0.80)
+    assert list(result["exit_scores"]) == ["ce", "joint", "scl"]
+    expected = {0: ("entropy", 0.3, 1.6), 1: ("patience", 1, 1 / 0.55),
+                2: ("entropy", 0.5, 2.0), 5: ("confidence", 0.8, 2.5)}  # fmt: skip
+    for budget, (policy, threshold, speedup) in expected.items():
+        row = pick(result, "joint", budget)
+        assert (row["policy"], row["threshold"]) == (policy, threshold), budget
+        assert row["layer_speedup"] == pytest.approx(speedup)
+        assert row["min_score"] == pytest.approx(0.80 - budget / 100)
+    # the measured speed-ups are those of the chosen point, not the best measured ones
+    row = pick(result, "joint", 2)
+    assert (row["measured_speedup_batch1"], row["measured_speedup_batch32"]) == (1.70, 1.90)
+    # ce's full model meets every budget at speed-up 1
+    for budget in (0, 1, 2, 5):
+        row = pick(result, "ce", budget)
+        assert row["policy"] == "full" and row["layer_speedup"] == 1.0
+        assert row["measured_speedup_batch1"] == row["measured_speedup_batch32"] == 1.0
+
+
+def test_dash_when_no_point_meets_the_budget(reports: Path, no_plots: None) -> None:
+    console, out = quiet()
+    result = tradeoff(TASK, reports, console=console)
+    below = pick(result, "scl", 0)  # 0.79 < 0.80
+    assert all(below[f] is None for f in ("policy", "score", "layer_speedup"))
+    assert pick(result, "scl", 1)["policy"] == "full"  # 0.79 >= 0.80 - 0.01
+    scl_line = next(line for line in out.getvalue().splitlines() if line.startswith("│ scl"))
+    assert "-" in scl_line.split("│")[2]
+    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    scl_md = next(line for line in md.splitlines() if line.startswith("| scl") and "×" in line)
+    assert scl_md.split("|")[2].strip() == "-"
+
+
+def test_budget_floor_is_inclusive() -> None:
+    points = [{"policy": "entropy", "threshold": 0.2, "score": 0.78, "layer_speedup": 2.0}]
+    assert best_within(points, 0.80 - 2 / 100) is points[0]
+    assert best_within(points, 0.80 - 1 / 100) is None
+
+
+def test_missing_method_is_named_once_and_the_rest_print(reports: Path, no_plots: None) -> None:
+    console, out = quiet()
+    result = tradeoff(TASK, reports, methods=["ce", "joint", "romebert"], console=console)
+    assert result["missing"] == ["romebert"]
+    lines = [line for line in out.getvalue().splitlines() if "romebert" in line]
+    assert len(lines) == 1
+    assert "aclpipe finetune --task rte --method romebert" in lines[0]
+    assert "aclpipe evaluate" in lines[0]
+    assert "│ joint" in out.getvalue()
+    assert {r["method"] for r in result["rows"]} == {"ce", "joint"}
+
+
+def test_no_ce_result_is_a_user_error(reports: Path) -> None:
+    (reports / TASK / "ce" / "metrics.json").unlink()
+    with pytest.raises(UserError, match="full ce model") as err:
+        tradeoff(TASK, reports, console=quiet()[0])
+    assert "--method ce" in str(err.value)
+
+
+def test_no_results_for_the_task_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no results for task rte") as err:
+        tradeoff(TASK, tmp_path / "reports", console=quiet()[0])
+    message = str(err.value)
+    assert "aclpipe prepare --task rte" in message
+    assert "pipeline.tasks" in message and "dvc repro" in message
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_file_is_written_and_parses_back(reports: Path) -> None:
+    result = tradeoff(TASK, reports, console=quiet()[0])
+    task_dir = reports / TASK
+    names = ["tradeoff.md", "tradeoff.csv", "tradeoff_curves.csv", "exit_scores.csv",
+             "tradeoff_score_vs_time.png", "exit_scores.png"]  # fmt: skip
+    assert sorted(Path(f).name for f in result["files"]) == sorted(names)
+    assert not list(task_dir.glob(".tmp-*"))
+
+    rows = read_csv(task_dir / "tradeoff.csv")
+    assert len(rows) == 3 * 4
+    joint2 = next(r for r in rows if r["method"] == "joint" and r["budget_points"] == "2")
+    assert joint2["policy"] == "entropy" and float(joint2["threshold"]) == 0.5
+    assert float(joint2["score"]) == pytest.approx(0.785)
+    scl0 = next(r for r in rows if r["method"] == "scl" and r["budget_points"] == "0")
+    assert scl0["policy"] == "" and scl0["layer_speedup"] == ""
+
+    curves = read_csv(task_dir / "tradeoff_curves.csv")
+    assert len(curves) == len(JOINT_POINTS) + 3  # every sweep point, plus each full model
+    assert {r["method"] for r in curves if r["policy"] == "full"} == {"ce", "joint", "scl"}
+    assert (
+        float(next(r for r in curves if r["policy"] == "patience")["expected_time_ratio"]) == 0.55
+    )
+
+    exits = read_csv(task_dir / "exit_scores.csv")
+    assert [(r["method"], int(r["layer"])) for r in exits] == [
+        ("ce", 4), ("joint", 1), ("joint", 2), ("joint", 3), ("joint", 4), ("scl", 4)
+    ]  # fmt: skip
+    assert float(exits[1]["score"]) == pytest.approx(0.62)
+
+    md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
+    assert "80.00" in md and "measured speed-up" in md and "64 dev examples" in md
+    assert "| joint | 62.00 | 71.00 | 78.00 | 81.00 |" in md
+    assert "| ce |  |  |  | 80.00 |" in md  # blank where there is no exit
+    for png in ("tradeoff_score_vs_time.png", "exit_scores.png"):
+        assert (task_dir / png).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_multi_exit_method_without_curves_counts_its_full_model(
+    reports: Path, no_plots: None
+) -> None:
+    (reports / TASK / "joint" / "curves.json").unlink()
+    console, out = quiet()
+    result = tradeoff(TASK, reports, console=console)
+    assert pick(result, "joint", 0)["policy"] == "full"
+    assert "joint on rte has no curves.json" in out.getvalue()
+    assert result["num_layers"] == 4
