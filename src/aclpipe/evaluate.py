@@ -12,12 +12,11 @@ from rich.table import Table
 
 from aclpipe import atomic
 from aclpipe.config import EvaluateConfig
-from aclpipe.data import subsample
-from aclpipe.data import load_split
+from aclpipe.data import load_split, subsample
 from aclpipe.model import load_multi_exit
 from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
-from aclpipe.tasks import Task
 from aclpipe.sweep import sweep
+from aclpipe.tasks import Task
 from aclpipe.train import STEP_LOG
 
 

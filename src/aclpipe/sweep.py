@@ -9,6 +9,7 @@ several repeats after a warm-up, both timed in this process, interleaved.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -60,6 +61,11 @@ def _batches(rows: list[dict], size: int, pad_id: int, regression: bool) -> list
     return out
 
 
+def _run_all(call, batches: list[dict]) -> None:
+    for batch in batches:
+        call(**batch)
+
+
 def time_settings(
     model: MultiExitModel,
     rows: list[dict],
@@ -80,23 +86,15 @@ def time_settings(
     with torch.inference_mode():
         for size in batch_sizes:
             batches = _batches(rows, size, pad_id, regression)
-            runtimes = [EarlyExitRuntime(model, p, t, regression, eps) for p, t in settings]
-
-            def run_full():
-                for b in batches:
-                    full_forward(model, **b)
-
-            def runner(rt):
-                return lambda: [rt(**b) for b in batches]
-
-            calls = [run_full] + [runner(rt) for rt in runtimes]
+            full = functools.partial(full_forward, model)
+            calls = [full] + [EarlyExitRuntime(model, p, t, regression, eps) for p, t in settings]
             for call in calls:  # warm-up
-                call()
+                _run_all(call, batches)
             samples: list[list[float]] = [[] for _ in calls]
             for _ in range(repeats):
                 for i, call in enumerate(calls):
                     started = time.perf_counter()
-                    call()
+                    _run_all(call, batches)
                     samples[i].append(time.perf_counter() - started)
             medians = [statistics.median(s) for s in samples]
             result[size] = {"full": medians[0], "settings": medians[1:]}
