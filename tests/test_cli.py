@@ -283,11 +283,6 @@ def test_contrastive_method_on_regression_task(workdir: Path) -> None:
     no_temp_leftovers(workdir)
 
 
-@pytest.mark.xfail(
-    reason="BUG: model.load_multi_exit lets safetensors.SafetensorError escape, so evaluate on "
-    "a truncated model.safetensors prints 'internal error' and exits 1 instead of 2",
-    strict=True,
-)
 def test_evaluate_truncated_model(workdir: Path) -> None:
     ok("prepare", "-t", "sst2")
     ok("finetune", "-t", "sst2", "-m", "ce")

@@ -142,11 +142,6 @@ def test_load_weights_of_another_spec(tmp_path: Path, tiny_model_dir: Path) -> N
         load_multi_exit(tmp_path / "one")
 
 
-@pytest.mark.xfail(
-    reason="BUG: model.load_multi_exit does not catch safetensors.SafetensorError, so a "
-    "truncated model.safetensors escapes as an internal error instead of a UserError",
-    strict=True,
-)
 @pytest.mark.parametrize("keep", [0, 10, 0.5])
 def test_load_truncated_weights(tmp_path: Path, tiny_model_dir: Path, keep: float) -> None:
     build(tiny_model_dir).save(tmp_path / "m")

@@ -240,8 +240,24 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
     methods_raw = raw.get("methods") or {}
     if not isinstance(methods_raw, dict):
         raise UserError("methods must be a mapping of method name to its knobs")
+    from aclpipe.methods import METHODS  # here: methods.py imports this module
+    from aclpipe.tasks import TASKS
+
+    pipeline = built["pipeline"]
+    for key, names, valid in (
+        ("tasks", pipeline.tasks, TASKS),
+        ("methods", pipeline.methods, METHODS),
+        ("export_methods", pipeline.export_methods, METHODS),
+    ):
+        for name in names:
+            if name not in valid:
+                raise UserError(f"pipeline.{key} has unknown {name!r}: use {', '.join(valid)}")
     built["methods"] = {}
     for method, knobs in methods_raw.items():
+        if method not in METHODS:
+            raise UserError(
+                f"unknown method section methods.{method}: valid methods are {', '.join(METHODS)}"
+            )
         if knobs is not None and not isinstance(knobs, dict):
             raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
         merged = {**METHOD_DEFAULTS.get(method, {}), **(knobs or {})}
@@ -249,6 +265,19 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
     if built["model"].exits is not None and not built["model"].exits:
         raise UserError("model.exits is empty: list 1-based layers, or null for every layer")
     return Params(**built)
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value as YAML, with ``1e-3`` read as a number (YAML 1.1 reads a string)."""
+    if not text.strip():
+        return None
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value) if "." in value or "e" in value.lower() else value
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -262,10 +291,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise UserError(f"--set {dotted!r}: use a dotted key such as train.lr")
         node = raw
         for k in keys[:-1]:
-            node = node.setdefault(k, {})
+            if node.get(k) is None:  # a missing or empty section (`train:` reads as None)
+                node[k] = {}
+            node = node[k]
             if not isinstance(node, dict):
                 raise UserError(f"--set {dotted!r}: {k} is not a section")
-        node[keys[-1]] = yaml.safe_load(text) if text.strip() else None
+        node[keys[-1]] = _parse_value(text)
     return raw
 
 

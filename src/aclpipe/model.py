@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -195,7 +196,7 @@ def load_multi_exit(folder: Path) -> MultiExitModel:
         encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **encoder_config))
         model = MultiExitModel(encoder, ExitSpec(**config["spec"]))
         missing, unexpected = load_model(model, str(weights), strict=False)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as err:
+    except (SafetensorError, json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as err:
         raise UserError(
             f"model in {folder} is damaged or truncated ({type(err).__name__}): "
             "delete the folder and run `aclpipe finetune` again"

@@ -59,6 +59,11 @@ def make_spec(
         )
     if not method.multi_exit:
         exits = [num_layers]  # single-exit methods: E = {L}
+    elif len(set(exits)) < 2:
+        raise UserError(
+            f"method {method.name} needs at least two exits but model.exits is {exits}: "
+            "list two or more layers, or set model.exits to null for every layer"
+        )
     checkpoint_pooling = default_pooling(resolved_model)
     pooling = params.model.pooling
     if pooling == "auto":
