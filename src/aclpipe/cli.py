@@ -9,6 +9,7 @@ Errors a user can fix print one line and exit with code 2 (``--debug`` shows the
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -174,7 +175,8 @@ def finetune(
     for t in _tasks(task, p):
         for m in _methods(method, p):
             run_finetune(t, m, p, Path("data") / t.name, Path("models") / t.name / m, console)
-            console.print(f"saved models/{t.name}/{m}", highlight=False)
+            if os.environ.get("RANK", "0") == "0":  # once under torchrun
+                console.print(f"saved models/{t.name}/{m}", highlight=False)
 
 
 @app.command()

@@ -66,6 +66,7 @@ class TrainConfig:
     seed: int = 42
     device: str = "auto"  # auto | cpu | cuda
     log_every: int = 10  # steps between progress lines when stdout is not a terminal
+    save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
     # also record gradient cosines for plain-sum methods (costs a second backward pass)
     record_angles: bool = False
 
@@ -150,6 +151,7 @@ _NON_NEGATIVE = {
     "methods.*.lam",
     "methods.*.lam_cl",
     "evaluate.timing_examples",
+    "train.save_every",
 }
 _UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}
 

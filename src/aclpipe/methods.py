@@ -28,13 +28,28 @@ from aclpipe.objectives import (
 
 @dataclass
 class LossInputs:
-    """What every objective sees: the model's output at every exit, and the labels."""
+    """What every objective sees: the model's output at every exit, and the labels.
 
-    logits: torch.Tensor  # [E, B, C]
-    features: torch.Tensor  # [E, B, D]
+    With several processes, ``logits`` and ``labels`` are this process's shard while
+    ``features`` and ``pool_labels`` are the whole global batch (``aclpipe.distributed``);
+    per-sample means are weighted by ``local_weight``. With one process they coincide.
+    """
+
+    logits: torch.Tensor  # [E, B, C], this process's samples
+    features: torch.Tensor  # [E, Bg, D], the global batch (the contrastive pool)
     label_embeddings: torch.Tensor  # [E, C, D]
     labels: torch.Tensor  # [B], long (float for regression)
     regression: bool
+    feature_labels: torch.Tensor | None = None  # [Bg]; None: ``labels`` (one process)
+    local_weight: float = 1.0  # makes DDP's average of per-sample means the global mean
+
+    @property
+    def pool_labels(self) -> torch.Tensor:
+        return self.labels if self.feature_labels is None else self.feature_labels
+
+    def ce(self, k: int) -> torch.Tensor:
+        """The (weighted) task loss of exit ``k``."""
+        return self.local_weight * task_loss(self.logits[k], self.labels, self.regression)
 
 
 Objective = Callable[[LossInputs], torch.Tensor]
@@ -76,7 +91,7 @@ def exit_weights(num_exits: int, scheme: str) -> list[float]:
 
 
 def _final_ce(x: LossInputs) -> torch.Tensor:
-    return task_loss(x.logits[-1], x.labels, x.regression)
+    return x.ce(-1)
 
 
 def _inner(x: LossInputs) -> range:
@@ -91,20 +106,18 @@ def _inner(x: LossInputs) -> range:
 def _weighted_ce(scheme: str) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         weights = exit_weights(x.logits.shape[0], scheme)
-        return sum(
-            w * task_loss(x.logits[k], x.labels, x.regression) for k, w in enumerate(weights)
-        )
+        return sum(w * x.ce(k) for k, w in enumerate(weights))
 
     return loss
 
 
 def _inner_ce(x: LossInputs) -> torch.Tensor:
-    return sum(task_loss(x.logits[k], x.labels, x.regression) for k in _inner(x))
+    return sum(x.ce(k) for k in _inner(x))
 
 
 def _inner_sd(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
-        return sum(
+        return x.local_weight * sum(
             self_distill_loss(
                 x.logits[k], x.logits[-1], x.labels, cfg.gamma, cfg.T, regression=x.regression
             )
@@ -125,7 +138,7 @@ def _needs_classes(x: LossInputs) -> None:
 def _scl_term(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
-        return cfg.lam * scl_loss(x.features[-1], x.labels, cfg.tau)
+        return cfg.lam * scl_loss(x.features[-1], x.pool_labels, cfg.tau)
 
     return loss
 
@@ -133,7 +146,9 @@ def _scl_term(cfg: MethodConfig) -> Objective:
 def _acl_term(cfg: MethodConfig) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
-        return cfg.lam * acl_embed_loss(x.features[-1], x.labels, x.label_embeddings[-1], cfg.tau)
+        return cfg.lam * acl_embed_loss(
+            x.features[-1], x.pool_labels, x.label_embeddings[-1], cfg.tau
+        )
 
     return loss
 
@@ -145,14 +160,15 @@ def _acl_cl_aux(cfg: MethodConfig) -> Objective:
         inner = _inner(x)
         cross = sum(
             cross_layer_acl_loss(
-                x.features[k], x.features[-1], x.labels, x.label_embeddings[-1], cfg.tau
+                x.features[k], x.features[-1], x.pool_labels, x.label_embeddings[-1], cfg.tau
             )
             for k in inner
         )
         total = acl(x) + cfg.lam_cl * cross / len(inner)
         if cfg.sd:
-            total = total + sum(
-                cfg.gamma * distill_kl(x.logits[k], x.logits[-1], cfg.T) for k in inner
+            total = total + x.local_weight * sum(
+                cfg.gamma * distill_kl(x.logits[k], x.logits[-1], cfg.T, regression=x.regression)
+                for k in inner
             )
         return total
 

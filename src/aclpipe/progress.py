@@ -33,6 +33,12 @@ class TrainProgress:
             self._task = self._bar.add_task(title, total=total_steps, info="")
             self._bar.start()
 
+    def skip(self, steps: int) -> None:
+        """Count steps done before a resume as done."""
+        self._step += steps
+        if self._bar is not None and steps:
+            self._bar.update(self._task, advance=steps)
+
     def step(self, log: dict, samples: int, seconds: float) -> None:
         self._step += 1
         self._samples += samples

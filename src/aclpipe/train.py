@@ -8,9 +8,12 @@ evaluation and a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,8 +24,16 @@ from rich.console import Console
 
 from aclpipe import atomic
 from aclpipe.backbone import default_pooling, load_encoder, resolve_model
+from aclpipe.checkpoint import Position, fingerprint, load_checkpoint, save_checkpoint
 from aclpipe.config import Params
 from aclpipe.data import collate, load_meta, load_split
+from aclpipe.distributed import (
+    all_reduce_mean,
+    gather_labels,
+    gather_with_grad,
+    local_weight,
+    shard,
+)
 from aclpipe.errors import UserError
 from aclpipe.grad_rules import combine_gradients, scope_mask
 from aclpipe.methods import LossInputs, Method, Stage, build_method
@@ -131,8 +142,8 @@ def backward(
     params = [p for _, p in named_trainable]
     g_main = torch.autograd.grad(main, params, retain_graph=True, allow_unused=True)
     g_aux = torch.autograd.grad(aux, params, allow_unused=True)
-    if accelerator.num_processes > 1:  # decide on the globally averaged gradients
-        g_main, g_aux = _all_reduce_mean(g_main, params), _all_reduce_mean(g_aux, params)
+    # decide on the gradients averaged over processes, as one process at the global batch would
+    g_main, g_aux = all_reduce_mean(g_main, params), all_reduce_mean(g_aux, params)
     scoped = scope_mask(named_trainable, stage.grad_scope)
     grads, outcome = combine_gradients(
         stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle
@@ -145,13 +156,37 @@ def backward(
     return log
 
 
-def _all_reduce_mean(grads, params):
-    out = []
-    for g, p in zip(grads, params):
-        g = torch.zeros_like(p) if g is None else g.contiguous()
-        torch.distributed.all_reduce(g)
-        out.append(g / torch.distributed.get_world_size())
-    return out
+def epoch_order(n: int, seed: int, stage: int, epoch: int) -> list[int]:
+    """The shuffled order of the ``n`` training rows in one epoch: a pure function of the
+    seed, stage and epoch, so a resumed run sees the same batches."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + stage * 1_009 + epoch)
+    return torch.randperm(n, generator=generator).tolist()
+
+
+def global_batches(n: int, batch_size: int, processes: int) -> int:
+    """Global batches per epoch (each process takes ``batch_size``); a last batch too small to
+    give every process a sample is dropped."""
+    full, rest = divmod(n, batch_size * processes)
+    return full + (rest >= processes)
+
+
+def run_fingerprint(task: Task, method: Method, params: Params, meta: dict, processes: int) -> str:
+    """What a checkpoint must match to be resumed: everything that changes the arithmetic."""
+    train = {k: v for k, v in dataclasses.asdict(params.train).items() if k not in _NOT_ARITHMETIC}
+    return fingerprint(
+        {
+            "task": task.name,
+            "method": method.name,
+            "knobs": dataclasses.asdict(params.method(method.name)),
+            "model": dataclasses.asdict(params.model),
+            "train": train,
+            "data": meta,
+            "processes": processes,
+        }
+    )
+
+
+_NOT_ARITHMETIC = ("log_every", "save_every", "device")
 
 
 def finetune(
@@ -162,8 +197,13 @@ def finetune(
     out_dir: Path,
     console: Console | None = None,
 ) -> dict:
-    """Train ``method_name`` on ``task``; write the model and its logs into ``out_dir``."""
-    from accelerate import Accelerator
+    """Train ``method_name`` on ``task``; write the model and its logs into ``out_dir``.
+
+    Resumes from ``<out_dir>/../.<method>.checkpoint`` when a run with the same params was
+    interrupted; the checkpoint is written every ``train.save_every`` steps and at each epoch's
+    end, and removed once the final model is written.
+    """
+    from accelerate import Accelerator, DistributedDataParallelKwargs
 
     console = console or Console()
     method = build_method(method_name, params.method(method_name))
@@ -174,14 +214,21 @@ def finetune(
             f"{params.model.name!r}: run `aclpipe prepare --task {task.name}` again"
         )
     train_rows, dev_rows = load_split(data_dir, "train"), load_split(data_dir, _dev(task))
-    if not train_rows:
-        raise UserError(f"{data_dir}/train.jsonl is empty: prepare the task with some examples")
     t = params.train
-    cpu = t.device == "cpu" or (t.device == "auto" and not torch.cuda.is_available())
     if t.device == "cuda" and not torch.cuda.is_available():
         raise UserError("train.device is cuda but no GPU is visible: set train.device=auto or cpu")
-    accelerator = Accelerator(cpu=cpu)
-    set_seed(t.seed)
+    cpu = t.device == "cpu" or (t.device == "auto" and not torch.cuda.is_available())
+    accelerator = Accelerator(
+        cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)]
+    )
+    rank, processes = accelerator.process_index, accelerator.num_processes
+    per_epoch = global_batches(len(train_rows), t.batch_size, processes)
+    if per_epoch == 0:
+        raise UserError(
+            f"{data_dir}/train.jsonl has {len(train_rows)} examples, fewer than the "
+            f"{processes} processes: prepare more examples or run fewer processes"
+        )
+    set_seed(t.seed)  # the same initial heads in every process
     encoder = load_encoder(params.model.name, params.model.trust_remote_code)
     spec = make_spec(
         method,
@@ -192,40 +239,69 @@ def finetune(
         getattr(encoder.config, "hidden_dropout_prob", 0.1),
     )
     model = MultiExitModel(encoder, spec)
+    set_seed(t.seed + rank)  # dropout: process 0 draws what a single process would
     pad_id = encoder.config.pad_token_id or 0
-    dev_labels = split_labels(dev_rows, task)
     main_process = accelerator.is_main_process
     checkpoint_dir = out_dir.parent / f".{out_dir.name}.checkpoint"
-    history, step_log = [], []
+    print_ = run_fingerprint(task, method, params, meta, processes)
+    resumed = load_checkpoint(checkpoint_dir, model, print_, rank)
+    at = resumed.position if resumed else Position()
+    if resumed and at.epoch >= t.epochs:  # the checkpoint closed a stage: the next starts afresh
+        at = Position(at.stage + 1, 0, 0, at.global_step)
+        resumed.optimizer_state = None
+    history = resumed.history if resumed else []
+    step_log = resumed.step_log if resumed else []
+    if resumed and main_process:
+        console.print(
+            f"resuming {method.name} on {task.name} from {checkpoint_dir}: stage "
+            f"{at.stage + 1}, epoch {at.epoch + 1}, batch {at.batch} "
+            f"(step {at.global_step})",
+            highlight=False,
+        )
+    model.to(accelerator.device)
     progress = TrainProgress(console, t.log_every, enabled=main_process)
-    global_step = 0
+    global_step, global_size = at.global_step, t.batch_size * processes
+    dev_labels = split_labels(dev_rows, task)
     for stage_index, stage in enumerate(method.stages):
+        if stage_index < at.stage:
+            continue
         optimizer = build_optimizer(model, stage.trains, params)
-        generator = torch.Generator().manual_seed(t.seed + stage_index)
-        loader = torch.utils.data.DataLoader(
-            train_rows,
-            batch_size=t.batch_size,
-            shuffle=True,
-            generator=generator,
-            collate_fn=lambda rows: collate(rows, pad_id, task.is_regression),
-        )
-        steps = t.epochs * math.ceil(len(loader) / accelerator.num_processes)
-        scheduler = linear_schedule(optimizer, steps, t.warmup_ratio)
-        wrapped, optimizer, loader, scheduler = accelerator.prepare(
-            model, optimizer, loader, scheduler
-        )
+        scheduler = linear_schedule(optimizer, t.epochs * per_epoch, t.warmup_ratio)
+        if resumed and resumed.optimizer_state and stage_index == at.stage:
+            optimizer.load_state_dict(resumed.optimizer_state)
+            scheduler.load_state_dict(resumed.scheduler_state)
+        wrapped = accelerator.prepare_model(model)  # DDP over several processes
         named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        progress.start(f"{method.name} stage {stage_index + 1}/{len(method.stages)}", steps)
+        two_grads = stage.aux is not None and (stage.rule != "sum" or t.record_angles)
+        progress.start(
+            f"{method.name} stage {stage_index + 1}/{len(method.stages)}", t.epochs * per_epoch
+        )
+        progress.skip(global_step - sum(1 for r in step_log if r["stage"] < stage_index + 1))
         for epoch in range(t.epochs):
+            if (stage_index, epoch) < (at.stage, at.epoch):
+                continue
+            first = at.batch if (stage_index, epoch) == (at.stage, at.epoch) else 0
+            order = epoch_order(len(train_rows), t.seed, stage_index, epoch)
             wrapped.train()
-            for batch in loader:
+            for index in range(first, per_epoch):
                 started = time.perf_counter()
+                global_ids = order[index * global_size : (index + 1) * global_size]
+                local_ids = shard(global_ids, rank, processes)
+                batch = collate([train_rows[i] for i in local_ids], pad_id, task.is_regression)
+                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
                 labels = batch.pop("labels")
-                out = wrapped(**batch)
-                x = LossInputs(
-                    out.logits, out.features, model.label_embeddings(), labels, task.is_regression
-                )
-                log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
+                with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
+                    out = wrapped(**batch)
+                    x = LossInputs(
+                        out.logits,
+                        gather_with_grad(out.features, dim=1),
+                        model.label_embeddings(),
+                        labels,
+                        task.is_regression,
+                        feature_labels=gather_labels(labels),
+                        local_weight=local_weight(len(local_ids), len(global_ids), processes),
+                    )
+                    log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
                 if not math.isfinite(log["loss"]):
                     raise UserError(
                         f"loss is {log['loss']} at step {global_step + 1} (stage "
@@ -233,12 +309,11 @@ def finetune(
                         "too high or the data has bad labels; lower train.lr and run again"
                     )
                 if t.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
+                    torch.nn.utils.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 global_step += 1
-                samples = labels.shape[0] * accelerator.num_processes
                 log.update(
                     step=global_step,
                     stage=stage_index + 1,
@@ -246,27 +321,49 @@ def finetune(
                     lr=scheduler.get_last_lr()[0],
                 )
                 step_log.append(log)
-                progress.step(log, samples, time.perf_counter() - started)
-            dev_logits = all_exit_logits(
-                model,
-                dev_rows,
-                params.evaluate.batch_size,
-                pad_id,
-                task.is_regression,
-                accelerator.device,
-            )
-            scores = [s["score"] for s in exit_scores(task, dev_logits, dev_labels)]
-            history.append(
-                {
-                    "stage": stage_index + 1,
-                    "epoch": epoch + 1,
-                    "step": global_step,
-                    "dev_scores": scores,
-                }
-            )
-            progress.epoch_done(stage_index + 1, epoch + 1, spec.exits, scores)
+                progress.step(log, len(global_ids), time.perf_counter() - started)
+                if t.save_every and global_step % t.save_every == 0 and index + 1 < per_epoch:
+                    _save(
+                        accelerator,
+                        checkpoint_dir,
+                        model,
+                        optimizer,
+                        scheduler,
+                        Position(stage_index, epoch, index + 1, global_step),
+                        history,
+                        step_log,
+                        print_,
+                    )
             if main_process:
-                _checkpoint(model, checkpoint_dir, history)
+                dev_logits = all_exit_logits(
+                    model,
+                    dev_rows,
+                    params.evaluate.batch_size,
+                    pad_id,
+                    task.is_regression,
+                    accelerator.device,
+                )
+                scores = [s["score"] for s in exit_scores(task, dev_logits, dev_labels)]
+                history.append(
+                    {
+                        "stage": stage_index + 1,
+                        "epoch": epoch + 1,
+                        "step": global_step,
+                        "dev_scores": scores,
+                    }
+                )
+                progress.epoch_done(stage_index + 1, epoch + 1, spec.exits, scores)
+            _save(
+                accelerator,
+                checkpoint_dir,
+                model,
+                optimizer,
+                scheduler,
+                Position(stage_index, epoch + 1, 0, global_step),
+                history,
+                step_log,
+                print_,
+            )
         progress.stop()
     if main_process:
         with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
@@ -276,37 +373,49 @@ def finetune(
                 "task": task.name,
                 "method": method.name,
                 "exits": spec.exits,
+                "processes": processes,
                 "epochs": history,
             }
             (tmp / HISTORY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
             with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
                 for row in step_log:
                     f.write(json.dumps(row) + "\n")
-        _remove(checkpoint_dir)
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     accelerator.wait_for_everyone()
     return {"exits": spec.exits, "history": history}
+
+
+def _save(
+    accelerator,
+    folder: Path,
+    model,
+    optimizer,
+    scheduler,
+    position: Position,
+    history: list,
+    step_log: list,
+    print_: str,
+) -> None:
+    """Checkpoint from the main process, with every process's RNG state."""
+    per_rank = None
+    if accelerator.num_processes > 1:
+        per_rank = [None] * accelerator.num_processes
+        torch.distributed.all_gather_object(per_rank, torch.get_rng_state())
+    if accelerator.is_main_process:
+        save_checkpoint(
+            folder, model, optimizer, scheduler, position, history, step_log, print_, per_rank
+        )
+    accelerator.wait_for_everyone()
 
 
 def _dev(task: Task) -> str:
     return task.dev_splits[0][0]
 
 
-def _checkpoint(model: MultiExitModel, folder: Path, history: list) -> None:
-    with atomic.atomic_dir(folder) as tmp:
-        model.save(tmp)
-        (tmp / HISTORY).write_text(json.dumps({"epochs": history}, indent=2), encoding="utf-8")
-
-
 def _save_tokenizer(params: Params, folder: Path) -> None:
     from aclpipe.backbone import load_tokenizer
 
     load_tokenizer(params.model.name, params.model.trust_remote_code).save_pretrained(str(folder))
-
-
-def _remove(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

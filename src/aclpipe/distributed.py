@@ -1,0 +1,84 @@
+"""What training needs from torch.distributed, and nothing when there is one process.
+
+Under ``torchrun`` / ``accelerate launch`` each process takes its own shard of every global
+batch. Per-sample-mean losses (CE, distillation) are weighted by ``local_weight`` so that the
+average DDP takes over processes equals the mean over the global batch. Contrastive losses use
+the global batch as their pool: features are gathered from every process with gradients
+flowing back to each process's own (``gather_with_grad``), and every process computes the same
+global loss; the gradient sum in ``gather_with_grad``'s backward and DDP's average then give
+exactly the gradient of one process at the global batch (METHODS.md, the contrastive core).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard(global_batch: list[int], rank: int, size: int) -> list[int]:
+    """This process's contiguous slice of a global batch of indices."""
+    per = -(-len(global_batch) // size)  # ceil
+    return global_batch[rank * per : (rank + 1) * per]
+
+
+def local_weight(local: int, global_: int, size: int) -> float:
+    """Weight of a per-sample mean over ``local`` samples so that the mean over processes of
+    the weighted losses is the mean over all ``global_`` samples."""
+    return local * size / global_
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        rank, size = world()
+        longest = max(sizes)
+        padded = x.new_zeros((longest, *x.shape[1:]))
+        padded[: x.shape[0]] = x
+        parts = [torch.empty_like(padded) for _ in range(size)]
+        dist.all_gather(parts, padded.contiguous())
+        ctx.rank, ctx.sizes, ctx.longest = rank, sizes, longest
+        return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)  # every process's loss reaches every process's features
+        start = sum(ctx.sizes[: ctx.rank])
+        return grad[start : start + ctx.sizes[ctx.rank]], None
+
+
+def gather_with_grad(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Concatenate ``x`` from every process along ``dim`` (shapes may differ along ``dim``);
+    gradients flow back to each process's own part. Identity with one process."""
+    _, size = world()
+    if size == 1:
+        return x
+    moved = x.movedim(dim, 0)
+    sizes = [0] * size
+    dist.all_gather_object(sizes, moved.shape[0])
+    return _GatherWithGrad.apply(moved, sizes).movedim(0, dim)
+
+
+def gather_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Labels from every process, in process order (no gradient)."""
+    return gather_with_grad(labels.float()).to(labels.dtype) if world()[1] > 1 else labels
+
+
+def all_reduce_mean(grads: list[torch.Tensor | None], params: list[torch.Tensor]) -> list:
+    """Average per-parameter gradients over processes (None counts as zeros)."""
+    _, size = world()
+    if size == 1:
+        return list(grads)
+    out = []
+    for g, p in zip(grads, params):
+        g = torch.zeros_like(p) if g is None else g.contiguous().clone()
+        dist.all_reduce(g)
+        out.append(g / size)
+    return out
