@@ -2,9 +2,10 @@
 
 A trained multi-exit model (``aclpipe finetune``) on its task's dev split (``aclpipe prepare``).
 
-1. Early exit. For each policy (entropy, confidence, patience) three thresholds, picked from
-   the model's own dev logits so that the layer speed-up spans light to heavy exiting
-   (about 1.3x to 4x). Per setting and batch size (1 and 32):
+1. Early exit. For each policy (entropy, confidence, patience) up to three thresholds, picked
+   from the model's own dev logits so that the layer speed-up spans light to heavy exiting
+   (near 1.5x, 2.2x and 3.2x, inside 1.3x to 4x; patience only has whole t, at most E/(t+1)x).
+   Per setting and batch size (1 and 32):
 
    - layer speed-up = ``L * N / sum(exit layers)``, the policy applied to the all-exit logits
      of the timed examples (``L`` = the deepest exit, the layers ``full_forward`` runs);
@@ -14,17 +15,20 @@ A trained multi-exit model (``aclpipe finetune``) on its task's dev split (``acl
 
    Calls are interleaved batch by batch (full model and every setting on batch j, in an order
    that rotates, then batch j+1), so machine noise falls on all of them alike; one untimed
-   pass warms up, and each figure is the median over the repeats of the pass total.
+   pass warms up, and each figure is the median over the repeats of the pass total. Beside
+   the wall-clock ratio the process CPU-time ratio is printed: with one thread (the default
+   here, ``--threads``) it is the steadier one when other jobs share the cores.
 
-2. ONNX. Per exit k, batch 1: onnxruntime (CPU provider, default threads) running
-   ``exit_<k>.onnx`` against PyTorch running the same exit's ``ExitGraph`` (eval, inference
-   mode), interleaved per example; per example the median of the repeats, then the median over
+2. ONNX. Per exit k, batch 1: onnxruntime (CPU provider, default threads, and again with
+   PyTorch's thread count; thread spinning off, as the runs are interleaved) running ``exit_<k>.onnx`` against PyTorch running the same exit's
+   ``ExitGraph`` (eval, inference mode), interleaved per example; per example the median of the repeats, then the median over
    the examples. The graphs come from ``--onnx-dir`` (default ``<model>/export``, written by
    ``aclpipe export``); failing that they are exported into a temporary folder.
 
 Absolute times drift on a shared machine; the ratios, measured side by side, are the figures.
 
-    python benchmarks/early_exit_speed.py --model models/sst2/acl-cl --data data/sst2
+    python benchmarks/early_exit_speed.py [--model models/sst2/acl-cl] [--data data/sst2]
+        [--examples 200] [--examples-batched 320] [--repeats 3] [--threads 1] [--skip-onnx]
 """
 
 from __future__ import annotations
@@ -116,41 +120,35 @@ def make_batches(rows: list[dict], size: int, pad_id: int) -> list[dict]:
 
 
 def time_interleaved(calls: dict[str, Callable], batches: list[dict], repeats: int) -> dict:
-    """Seconds per full pass over ``batches`` for each call: a list of ``repeats`` totals.
+    """Per call, the wall-clock and the process CPU seconds of each full pass over ``batches``
+    (``{"wall": {name: [repeats]}, "cpu": ..., "outputs": {name: [warm-up output per batch]}}``).
 
-    Batch by batch, every call runs once, in an order rotated per batch and repeat.
+    Batch by batch, every call runs once, in an order rotated per batch and repeat. CPU time
+    leaves out the time this process waits for a core other jobs hold; with one thread it is the
+    steadier of the two on a shared machine (wall-clock is the figure METHODS.md asks for).
     """
     names = list(calls)
-    for batch in batches:  # warm-up
-        for name in names:
-            calls[name](**batch)
-    totals: dict[str, list[float]] = {name: [] for name in names}
+    outputs = {name: [calls[name](**batch) for batch in batches] for name in names}  # warm-up
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     gc.collect()
     gc.disable()
     try:
         for r in range(repeats):
-            spent = dict.fromkeys(names, 0.0)
+            spent_wall, spent_cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
             for j, batch in enumerate(batches):
                 shift = (j + r) % len(names)
                 for name in names[shift:] + names[:shift]:
-                    started = time.perf_counter()
+                    wall_0, cpu_0 = time.perf_counter(), time.process_time()
                     calls[name](**batch)
-                    spent[name] += time.perf_counter() - started
+                    spent_cpu[name] += time.process_time() - cpu_0
+                    spent_wall[name] += time.perf_counter() - wall_0
             for name in names:
-                totals[name].append(spent[name])
+                wall[name].append(spent_wall[name])
+                cpu[name].append(spent_cpu[name])
     finally:
         gc.enable()
-    return totals
-
-
-def runtime_agreement(runtime: EarlyExitRuntime, batches: list[dict], offline: np.ndarray):
-    """Share of samples whose runtime exit equals the offline policy's, and the runtime's own
-    layer speed-up (its exits can differ where a logit sits on the threshold)."""
-    with torch.inference_mode():
-        got = torch.cat([runtime(**b).exit_index for b in batches]).numpy()  # [N]
-    layers = np.asarray(runtime.model.spec.exits)[got]
-    own = runtime.model.spec.exits[-1] * len(layers) / float(layers.sum())
-    return float((got == offline).mean()), own
+    return {"wall": wall, "cpu": cpu, "outputs": outputs}
 
 
 def early_exit_section(
@@ -161,6 +159,7 @@ def early_exit_section(
     pad_id: int,
     repeats: int,
 ) -> list[dict]:
+    """One record per batch size and setting (keys as printed, plus the seconds)."""
     exits = model.spec.exits
     results = []
     for size, rows in rows_by_size.items():
@@ -168,14 +167,17 @@ def early_exit_section(
         runtimes = {f"{p} {t:g}": EarlyExitRuntime(model, p, t) for p, t in settings}
         calls: dict[str, Callable] = {"full": lambda **b: full_forward(model, **b), **runtimes}
         with torch.inference_mode():
-            totals = time_interleaved(calls, batches, repeats)
-        full = statistics.median(totals["full"])
-        for (policy, threshold), (name, runtime) in zip(settings, runtimes.items()):
-            offline = exit_indices(policy, threshold, logits_by_size[size])
+            timed = time_interleaved(calls, batches, repeats)
+        wall = {name: statistics.median(v) for name, v in timed["wall"].items()}
+        cpu = {name: statistics.median(v) for name, v in timed["cpu"].items()}
+        for policy, threshold in settings:
+            name = f"{policy} {threshold:g}"
             layer = layer_speedup(logits_by_size[size], exits, policy, threshold)
-            agree, own = runtime_agreement(runtime, batches, offline)
-            measured = full / statistics.median(totals[name])
-            paired = [f / s for f, s in zip(totals["full"], totals[name])]
+            offline = exit_indices(policy, threshold, logits_by_size[size])  # [N]
+            online = torch.cat([out.exit_index for out in timed["outputs"][name]]).numpy()
+            online_layers = np.asarray(exits)[online]
+            measured = wall["full"] / wall[name]
+            paired = [f / e / layer for f, e in zip(timed["wall"]["full"], timed["wall"][name])]
             results.append(
                 {
                     "batch_size": size,
@@ -187,14 +189,15 @@ def early_exit_section(
                     "ratio": round(measured / layer, 3),
                     "target": TARGET_RATIO.get(size),
                     "meets_target": measured / layer >= TARGET_RATIO.get(size, 0.0),
-                    "paired_ratio_range": [
-                        round(min(paired) / layer, 3),
-                        round(max(paired) / layer, 3),
-                    ],
-                    "runtime_agrees_with_offline": round(agree, 4),
-                    "runtime_layer_speedup": round(own, 3),
-                    "seconds_full": round(full, 4),
-                    "seconds_early_exit": round(statistics.median(totals[name]), 4),
+                    "ratio_per_repeat": [round(x, 3) for x in paired],
+                    "cpu_speedup": round(cpu["full"] / cpu[name], 3),
+                    "cpu_ratio": round(cpu["full"] / cpu[name] / layer, 3),
+                    "runtime_agrees_with_offline": round(float((online == offline).mean()), 4),
+                    "runtime_layer_speedup": round(
+                        exits[-1] * len(online) / float(online_layers.sum()), 3
+                    ),
+                    "seconds_full": round(wall["full"], 4),
+                    "seconds_early_exit": round(wall[name], 4),
                 }
             )
     return results
@@ -231,97 +234,201 @@ def input_names(model: MultiExitModel, rows: list[dict]) -> list[str]:
     return names
 
 
-def _timed(fn: Callable, *args, **kwargs):
-    started = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return time.perf_counter() - started, out
-
-
 def onnx_section(model, paths: dict[int, Path], rows: list[dict], pad_id: int, repeats: int):
-    """Per exit: median over ``rows`` (batch 1) of onnxruntime's and PyTorch's latency."""
+    """Per exit, batch 1: median over ``rows`` of each runner's latency (per row, the median of
+    ``repeats`` calls; runners interleaved in a rotating order). Runners: onnxruntime with its
+    default threads, onnxruntime with PyTorch's thread count, and PyTorch's ``ExitGraph``."""
     import onnxruntime as ort
 
     from aclpipe.export import ExitGraph
 
-    sessions = {
-        k: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
-        for k, p in paths.items()
-    }
-    names = [i.name for i in sessions[model.spec.exits[0]].get_inputs()]
-    graphs = {
-        k: ExitGraph(model, i, "token_type_ids" in names).eval()
-        for i, k in enumerate(model.spec.exits)
-    }
-    examples = []
+    def session(path: Path, threads: int | None):
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        # Idle workers would spin for the next run and take the core the interleaved PyTorch
+        # call needs (measured here: PyTorch 2-4x slower beside a spinning 2-thread session).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    threads = torch.get_num_threads()
+    runners: dict[int, dict[str, Callable]] = {}  # exit -> runner name -> (feed) -> [1, C]
+    for index, (k, path) in enumerate(paths.items()):
+        default, same = session(path, None), session(path, threads)
+        names = [i.name for i in default.get_inputs()]
+        graph = ExitGraph(model, index, "token_type_ids" in names).eval()
+        runners[k] = {
+            "onnxruntime": lambda feed, s=default: s.run(None, feed["numpy"])[0],
+            f"onnxruntime_{threads}t": lambda feed, s=same: s.run(None, feed["numpy"])[0],
+            "torch": lambda feed, g=graph: g(**feed["torch"]).numpy(),
+        }
+    feeds = []
     for row in rows:
         batch = collate([row], pad_id, regression=False)
         if "token_type_ids" not in batch:
             batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
-        examples.append({n: batch[n] for n in names})  # [1, T] int64 each
-    feeds = [{n: t.numpy() for n, t in tensors.items()} for tensors in examples]
-    per_example = {k: ([], []) for k in paths}  # exit -> (onnxruntime s, torch s), per example
-    gaps = dict.fromkeys(paths, 0.0)
+        tensors = {n: batch[n] for n in names}  # [1, T] int64 each
+        feeds.append({"torch": tensors, "numpy": {n: t.numpy() for n, t in tensors.items()}})
+    seconds = {k: {name: [] for name in runners[k]} for k in runners}  # per row
+    gaps = dict.fromkeys(runners, 0.0)
     with torch.inference_mode():
-        for k in paths:  # warm-up
-            for _ in range(3):
-                sessions[k].run(None, feeds[0]), graphs[k](**examples[0])
-        for j, (tensors, feed) in enumerate(zip(examples, feeds)):
-            for k in paths:
-                ort_s, torch_s = [], []
+        for k in runners:  # warm-up
+            for run in runners[k].values():
+                for _ in range(3):
+                    run(feeds[0])
+        for j, feed in enumerate(feeds):
+            for k, by_name in runners.items():
+                names_k = list(by_name)
+                spent: dict[str, list[float]] = {name: [] for name in names_k}
+                outputs = {}
                 for r in range(repeats):
-                    if (j + r) % 2 == 0:  # alternate who goes first
-                        spent, (ort_out,) = _timed(sessions[k].run, None, feed)
-                        ort_s.append(spent)
-                        spent, torch_out = _timed(graphs[k], **tensors)
-                        torch_s.append(spent)
-                    else:
-                        spent, torch_out = _timed(graphs[k], **tensors)
-                        torch_s.append(spent)
-                        spent, (ort_out,) = _timed(sessions[k].run, None, feed)
-                        ort_s.append(spent)
-                gaps[k] = max(gaps[k], float(np.abs(ort_out - torch_out.numpy()).max()))
-                per_example[k][0].append(statistics.median(ort_s))
-                per_example[k][1].append(statistics.median(torch_s))
+                    shift = (j + r) % len(names_k)
+                    for name in names_k[shift:] + names_k[:shift]:
+                        started = time.perf_counter()
+                        outputs[name] = by_name[name](feed)
+                        spent[name].append(time.perf_counter() - started)
+                for name in names_k:
+                    seconds[k][name].append(statistics.median(spent[name]))
+                gap = np.abs(outputs["onnxruntime"] - outputs["torch"]).max()
+                gaps[k] = max(gaps[k], float(gap))
     results = []
-    for k, (ort_s, torch_s) in per_example.items():
-        ort_ms, torch_ms = 1000 * statistics.median(ort_s), 1000 * statistics.median(torch_s)
+    for k, by_name in seconds.items():
+        ms = {name: 1000 * statistics.median(values) for name, values in by_name.items()}
         results.append(
             {
                 "exit": k,
-                "onnxruntime_ms": round(ort_ms, 3),
-                "torch_ms": round(torch_ms, 3),
-                "onnxruntime_over_torch": round(ort_ms / torch_ms, 3),
+                **{f"{name}_ms": round(value, 3) for name, value in ms.items()},
+                "onnxruntime_over_torch": round(ms["onnxruntime"] / ms["torch"], 3),
+                f"onnxruntime_{threads}t_over_torch": round(
+                    ms[f"onnxruntime_{threads}t"] / ms["torch"], 3
+                ),
                 "max_abs_diff": gaps[k],
             }
         )
     return results
 
 
+# --- report ----------------------------------------------------------------------------------
+
+
+def print_speed(speed: list[dict]) -> None:
+    print(
+        f"\n{'batch':>5} {'policy':>10} {'thresh':>7} {'layer x':>8} {'measured x':>10} "
+        f"{'ratio':>6} {'target':>6}  ok {'cpu x':>6} {'cpu ratio':>9}  agree"
+    )
+    for r in speed:
+        print(
+            f"{r['batch_size']:>5} {r['policy']:>10} {r['threshold']:>7g} "
+            f"{r['layer_speedup']:>8.2f} {r['measured_speedup']:>10.2f} {r['ratio']:>6.2f} "
+            f"{r['target']:>6} {'yes' if r['meets_target'] else 'NO ':>3} "
+            f"{r['cpu_speedup']:>6.2f} {r['cpu_ratio']:>9.2f}  {r['runtime_agrees_with_offline']:.3f}"
+        )
+    for size, line in summary(speed).items():
+        print(
+            f"{size}: ratio {line['min_ratio']:.2f}..{line['max_ratio']:.2f} (cpu "
+            f"{line['min_cpu_ratio']:.2f}..{line['max_cpu_ratio']:.2f}), "
+            f"{line['settings_meeting_target']}/{line['settings']} settings meet {line['target']}"
+        )
+
+
+def summary(speed: list[dict]) -> dict:
+    """Per batch size: the range of the ratios and how many settings meet the target."""
+    out = {}
+    for size in sorted({r["batch_size"] for r in speed}):
+        rows = [r for r in speed if r["batch_size"] == size]
+        out[f"batch{size}"] = {
+            "target": TARGET_RATIO.get(size),
+            "settings": len(rows),
+            "settings_meeting_target": sum(r["meets_target"] for r in rows),
+            "min_ratio": min(r["ratio"] for r in rows),
+            "max_ratio": max(r["ratio"] for r in rows),
+            "min_cpu_ratio": min(r["cpu_ratio"] for r in rows),
+            "max_cpu_ratio": max(r["cpu_ratio"] for r in rows),
+        }
+    return out
+
+
+def print_onnx(onnx: list[dict], note: str) -> None:
+    print(f"\nONNX, batch 1, {note}")
+    if not onnx:
+        return
+    threads = torch.get_num_threads()
+    print(
+        f"{'exit':>4} {'ort ms':>8} {f'ort {threads}t ms':>10} {'torch ms':>9} "
+        f"{'ort/torch':>9} {f'ort {threads}t/torch':>13} {'max diff':>9}"
+    )
+    for r in onnx:
+        print(
+            f"{r['exit']:>4} {r['onnxruntime_ms']:>8.2f} {r[f'onnxruntime_{threads}t_ms']:>10.2f} "
+            f"{r['torch_ms']:>9.2f} {r['onnxruntime_over_torch']:>9.2f} "
+            f"{r[f'onnxruntime_{threads}t_over_torch']:>13.2f} {r['max_abs_diff']:>9.1e}"
+        )
+
+
+def versions(*packages: str) -> dict[str, str]:
+    from importlib import metadata
+
+    found = {}
+    for name in packages:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
 # --- main ------------------------------------------------------------------------------------
+
+
+def load_dev_logits(args, rows: int, exits: list[int]) -> np.ndarray | None:
+    """All-exit dev logits ``[E, N, C]`` from ``aclpipe export``'s dev_logits.npz, if it is there
+    and matches this model and split."""
+    path = (args.onnx_dir or args.model / "export") / "dev_logits.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as saved:
+        logits, saved_exits = saved["logits"], saved["exits"].tolist()
+    return logits if saved_exits == exits and logits.shape[1] == rows else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=Path("models/sst2/acl-cl"))
     parser.add_argument("--data", type=Path, default=Path("data/sst2"))
-    parser.add_argument("--examples", type=int, default=200, help="dev examples at batch 1")
-    parser.add_argument("--examples-batched", type=int, default=872, help="at batch 32")
-    parser.add_argument("--onnx-examples", type=int, default=100, help="dev examples, ONNX part")
+    parser.add_argument("--examples", type=int, default=150, help="dev examples at batch 1")
+    parser.add_argument(
+        "--examples-batched",
+        type=int,
+        default=256,
+        help="dev examples at batch 32 (872: all of SST-2 dev, ~3x longer)",
+    )
+    parser.add_argument("--onnx-examples", type=int, default=50, help="dev examples, ONNX part")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--onnx-dir", type=Path, default=None, help="default <model>/export")
     parser.add_argument("--skip-onnx", action="store_true")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="PyTorch intra-op threads (0 = torch's default). One by default: on a small shared "
+        "machine a second thread waits on its busy sibling at every op, which swamps small ops",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/early_exit_speed.json")
     )
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     task = get_task(load_meta(args.data)["task"])
     model = load_multi_exit(args.model).eval()
     rows = load_split(args.data, task.dev_splits[0][0])
     pad_id = model.encoder.config.pad_token_id or 0
     exits = model.spec.exits
-    dev_logits = all_exit_logits(model, rows, 64, pad_id, regression=False)  # [E, N, C]
+    dev_logits = load_dev_logits(args, len(rows), exits)
+    if dev_logits is None:
+        dev_logits = all_exit_logits(model, rows, 64, pad_id, regression=False)  # [E, N, C]
     settings = [
         (p, t) for p in POLICIES for t in pick_thresholds(dev_logits, exits, p, task.num_labels)
     ]
@@ -333,16 +440,8 @@ def main() -> None:
         flush=True,
     )
     speed = early_exit_section(model, rows_by_size, logits_by_size, settings, pad_id, args.repeats)
-    print(
-        f"\n{'batch':>5} {'policy':>10} {'thresh':>7} {'layer x':>8} {'measured x':>10} "
-        f"{'ratio':>6} {'target':>6}  ok  agree"
-    )
-    for r in speed:
-        print(
-            f"{r['batch_size']:>5} {r['policy']:>10} {r['threshold']:>7g} {r['layer_speedup']:>8.2f} "
-            f"{r['measured_speedup']:>10.2f} {r['ratio']:>6.2f} {r['target']:>6} "
-            f"{'yes' if r['meets_target'] else 'NO ':>3}  {r['runtime_agrees_with_offline']:.3f}"
-        )
+    print_speed(speed)
+    print(f"({time.perf_counter() - started:.0f}s)", flush=True)
 
     onnx, onnx_note = [], "skipped (--skip-onnx)"
     if not args.skip_onnx:
@@ -352,17 +451,7 @@ def main() -> None:
                 onnx = onnx_section(model, paths, rows[: args.onnx_examples], pad_id, args.repeats)
             except Exception as err:  # any exporter or onnxruntime failure: the figures above stand
                 onnx_note = f"skipped: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-        print(f"\nONNX, batch 1, {onnx_note}")
-        if onnx:
-            print(f"{'exit':>4} {'ort ms':>8} {'torch ms':>9} {'ort/torch':>9} {'max diff':>9}")
-        for r in onnx:
-            print(
-                f"{r['exit']:>4} {r['onnxruntime_ms']:>8.2f} {r['torch_ms']:>9.2f} "
-                f"{r['onnxruntime_over_torch']:>9.2f} {r['max_abs_diff']:>9.1e}"
-            )
-
-    import onnxruntime
-    import transformers
+        print_onnx(onnx, onnx_note)
 
     record = {
         "benchmark": "early_exit_speed",
@@ -383,13 +472,12 @@ def main() -> None:
         },
         "environment": {
             "python": platform.python_version(),
-            "torch": torch.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "transformers": transformers.__version__,
+            **versions("torch", "onnxruntime", "transformers"),
             "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },
+        "summary": summary(speed),
         "early_exit": speed,
         "onnx_note": onnx_note,
         "onnx": onnx,

@@ -169,3 +169,76 @@ def make_params(params_dict: Callable[..., dict[str, Any]]) -> Callable[..., Par
         return params_from_dict(params_dict(None, **sections))
 
     return build
+
+
+# Shared by the reliability tests (resume, atomic stages, bad inputs, determinism, distributed).
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir_no_dropout(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """``tiny_model_dir`` with every backbone dropout at 0 (same weights and tokenizer).
+
+    Runs that split a batch differently draw different dropout masks; without dropout they
+    compute the same function, so only float rounding separates them.
+    """
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny-bert-no-dropout")
+    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_project(params_dict: Callable[..., dict[str, Any]], glue_dir: Path) -> Callable[..., Path]:
+    """``make_project(folder, train={...})``: a project folder holding params.yaml for the tiny
+    model (each keyword updates one section, as in ``params_dict``) and SST-2 prepared into
+    data/sst2. Commands then run with the folder as their working directory."""
+    import yaml
+
+    from aclpipe.data import prepare
+    from aclpipe.tasks import get_task
+
+    def build(folder: Path, **sections: dict[str, Any]) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        raw = params_dict(glue_dir, **sections)
+        (folder / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+        params = params_from_dict(raw)
+        prepare(
+            get_task("sst2"), params.data, params.model.name, folder / "data" / "sst2", glue_dir
+        )
+        return folder
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def run_in_child() -> Callable[[Callable[[], object]], int]:
+    """``run_in_child(body)``: run ``body()`` in a forked copy of this process; its wait status.
+
+    The child has everything imported already, so a stage starts in milliseconds rather than
+    the seconds a fresh interpreter takes, and a patch made in ``body`` (say, one that sends
+    the process SIGKILL half-way through writing a file) lives and dies with the child.
+    """
+    import sys
+
+    def run(body: Callable[[], object]) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns into pytest
+            code = 0
+            try:
+                body()
+            except BaseException:  # a child must never unwind into pytest's own frames
+                code = 3
+            finally:
+                os._exit(code)
+        return os.waitpid(pid, 0)[1]
+
+    return run

@@ -137,6 +137,21 @@ def save_checkpoint(
         (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")  # written last
 
 
+def _recover(folder: Path) -> None:
+    """Tidy up after a kill during ``atomic_dir``'s swap: if the folder is gone, the newest
+    complete copy is a ``.tmp-*`` holding state.json (written last), else the ``.old-*``."""
+    temps = sorted(folder.parent.glob(f".tmp-{folder.name}-*"), key=lambda p: p.stat().st_mtime)
+    olds = list(folder.parent.glob(f".old-{folder.name}-*"))
+    if not folder.exists():
+        complete = [p for p in temps if (p / STATE).exists()] or [
+            p for p in olds if (p / STATE).exists()
+        ]
+        if complete:
+            complete[-1].replace(folder)
+    for stale in temps + olds:  # half-written copies, or the copy just superseded
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def load_checkpoint(
     folder: Path, model: torch.nn.Module, print_: str, rank: int = 0
 ) -> Resumed | None:
@@ -145,8 +160,7 @@ def load_checkpoint(
     A checkpoint written under other params is removed (it cannot be continued). A damaged
     one is a ``UserError`` naming the folder: it is kept for inspection, never trusted.
     """
-    for stale in folder.parent.glob(f".tmp-{folder.name}-*"):  # a write killed midway
-        shutil.rmtree(stale, ignore_errors=True)
+    _recover(folder)
     if not (folder / STATE).exists():
         return None
     try:

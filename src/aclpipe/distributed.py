@@ -82,3 +82,17 @@ def all_reduce_mean(grads: list[torch.Tensor | None], params: list[torch.Tensor]
         dist.all_reduce(g)
         out.append(g / size)
     return out
+
+
+def mean_over_processes(values: dict, keys: tuple[str, ...]) -> dict:
+    """The mean over processes of the scalars ``values[k]`` for the keys present.
+
+    Each process's loss is its shard's weighted mean (``local_weight``), so the mean over
+    processes is the global batch's loss."""
+    present = [k for k in keys if k in values]
+    if world()[1] == 1 or not present:
+        return {k: values[k] for k in present}
+    tensor = torch.tensor([float(values[k]) for k in present], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    tensor /= world()[1]
+    return dict(zip(present, tensor.tolist()))

@@ -117,9 +117,10 @@ def evaluate(
         )
     else:
         curves["full_model"] = {"score": report["final_score"]}
-    atomic.write_text(out_dir / "metrics.json", json.dumps(report, indent=2) + "\n")
-    atomic.write_text(out_dir / "curves.json", json.dumps(curves, indent=2) + "\n")
-    atomic.write_text(out_dir / "curves.csv", curves_csv(curves["points"]))
+    with atomic.atomic_files(out_dir, last="metrics.json") as tmp:  # one set, metrics last
+        (tmp / "metrics.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        (tmp / "curves.json").write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
+        (tmp / "curves.csv").write_text(curves_csv(curves["points"]), encoding="utf-8")
     console.print(render_table(report))
     if curves["points"]:
         console.print(render_curves(curves))

@@ -230,11 +230,15 @@ def read_hub(
     """
     i = _check_split(task, split)
     hub_split = "train" if i is None else task.dev_splits[i][2]
-    local = (
-        f"no local files in {Path(glue_dir) / task.folder}"
-        if glue_dir is not None
-        else f"no local {task.folder} folder given"
-    )
+    if glue_dir is None:
+        local = f"no local {task.folder} folder given"
+    else:
+        missing = [
+            str(local_path(task, glue_dir, s))
+            for s in _split_names(task)
+            if not local_path(task, glue_dir, s).is_file()
+        ]
+        local = f"{' and '.join(missing) or Path(glue_dir) / task.folder} not found"
     where = f"{local}, and the hub dataset {hub_id} ({task.hub_config}, {hub_split})"
     offline = _offline_vars()
     if offline:

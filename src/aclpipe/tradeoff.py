@@ -165,10 +165,11 @@ def tradeoff(
             {"method": m, "layer": k, "score": s} for m, sc in exit_scores.items() for k, s in sc.items()
         ]),
     }  # fmt: skip
-    for name, text in texts.items():
-        atomic.write_text(task_dir / name, text)
-    draw_score_vs_time(task, points, reference, task_dir / PLOTS[0])
-    draw_exit_scores(task, exit_scores, report["num_layers"], reference, task_dir / PLOTS[1])
+    with atomic.atomic_files(task_dir, last="tradeoff.md") as tmp:  # one set, the table last
+        for name, text in texts.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        draw_score_vs_time(task, points, reference, tmp / PLOTS[0])
+        draw_exit_scores(task, exit_scores, report["num_layers"], reference, tmp / PLOTS[1])
     report["files"] = [str(task_dir / n) for n in NAMES]
     console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
     return report

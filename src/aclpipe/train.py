@@ -32,6 +32,7 @@ from aclpipe.distributed import (
     gather_labels,
     gather_with_grad,
     local_weight,
+    mean_over_processes,
     shard,
 )
 from aclpipe.errors import UserError
@@ -252,9 +253,13 @@ def finetune(
     history = resumed.history if resumed else []
     step_log = resumed.step_log if resumed else []
     if resumed and main_process:
+        where = (
+            f"stage {at.stage + 1}, epoch {at.epoch + 1}, batch {at.batch}"
+            if at.stage < len(method.stages)
+            else "training had finished; writing the final model"
+        )
         console.print(
-            f"resuming {method.name} on {task.name} from {checkpoint_dir}: stage "
-            f"{at.stage + 1}, epoch {at.epoch + 1}, batch {at.batch} "
+            f"resuming {method.name} on {task.name} from {checkpoint_dir}: {where} "
             f"(step {at.global_step})",
             highlight=False,
         )
@@ -262,6 +267,21 @@ def finetune(
     progress = TrainProgress(console, t.log_every, enabled=main_process)
     global_step, global_size = at.global_step, t.batch_size * processes
     dev_labels = split_labels(dev_rows, task)
+    optimizer = scheduler = None
+
+    def checkpoint(position: Position) -> None:  # the current stage's optimizer and scheduler
+        _save(
+            accelerator,
+            checkpoint_dir,
+            model,
+            optimizer,
+            scheduler,
+            position,
+            history,
+            step_log,
+            print_,
+        )
+
     for stage_index, stage in enumerate(method.stages):
         if stage_index < at.stage:
             continue
@@ -302,6 +322,8 @@ def finetune(
                         local_weight=local_weight(len(local_ids), len(global_ids), processes),
                     )
                     log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
+                if processes > 1:  # log the global batch's losses, not process 0's shard
+                    log.update(mean_over_processes(log, ("loss", "main", "aux")))
                 if not math.isfinite(log["loss"]):
                     raise UserError(
                         f"loss is {log['loss']} at step {global_step + 1} (stage "
@@ -310,7 +332,13 @@ def finetune(
                     )
                 if t.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
-                optimizer.step()
+                try:
+                    optimizer.step()
+                except RuntimeError as err:  # e.g. a step size that overflows float32
+                    raise UserError(
+                        f"the optimizer step failed at step {global_step + 1} ({err}): "
+                        "train.lr or train.head_lr is likely far too high; lower it and run again"
+                    ) from err
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 global_step += 1
@@ -323,17 +351,7 @@ def finetune(
                 step_log.append(log)
                 progress.step(log, len(global_ids), time.perf_counter() - started)
                 if t.save_every and global_step % t.save_every == 0 and index + 1 < per_epoch:
-                    _save(
-                        accelerator,
-                        checkpoint_dir,
-                        model,
-                        optimizer,
-                        scheduler,
-                        Position(stage_index, epoch, index + 1, global_step),
-                        history,
-                        step_log,
-                        print_,
-                    )
+                    checkpoint(Position(stage_index, epoch, index + 1, global_step))
             if main_process:
                 dev_logits = all_exit_logits(
                     model,
@@ -353,17 +371,7 @@ def finetune(
                     }
                 )
                 progress.epoch_done(stage_index + 1, epoch + 1, spec.exits, scores)
-            _save(
-                accelerator,
-                checkpoint_dir,
-                model,
-                optimizer,
-                scheduler,
-                Position(stage_index, epoch + 1, 0, global_step),
-                history,
-                step_log,
-                print_,
-            )
+            checkpoint(Position(stage_index, epoch + 1, 0, global_step))
         progress.stop()
     if main_process:
         with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:

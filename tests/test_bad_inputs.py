@@ -1,0 +1,380 @@
+"""A catalogue of bad inputs, each through the command line, each with the same contract.
+
+For every case in ``CASES`` the command exits with code 2 and prints exactly one line, on
+stderr, starting with ``error:`` and matching the case's pattern; no traceback; nothing new
+on disk (no output folder or file, no temporary); every earlier output byte-identical.
+docs/bad_inputs.md shows each case as the user sees it, with the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from aclpipe.cli import app
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
+Arrange = Callable[[Path], list[str]]  # makes the bad input in the project; returns the command
+
+
+class Case(NamedTuple):
+    name: str
+    problem: str  # what is wrong, in the words of docs/bad_inputs.md
+    pattern: str  # a regular expression the one error line must match (after "error: ")
+    arrange: Arrange
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+# How each case makes its bad input ----------------------------------------------------------
+
+
+def command(*args: str) -> Arrange:
+    return lambda work: list(args)
+
+
+def _glue_copy(work: Path, folder: str) -> Path:
+    """A copy of the tiny GLUE folder ``folder`` under ``work/glue-bad`` to spoil."""
+    source = Path(yaml.safe_load((work / "params.yaml").read_text())["data"]["glue_dir"])
+    shutil.copytree(source / folder, work / "glue-bad" / folder)
+    return work / "glue-bad" / folder
+
+
+def tsv(file: str, spoil: Callable[[bytes], bytes], folder: str = "SST-2", task: str = "sst2"):
+    """prepare from a GLUE folder whose ``file`` was changed by ``spoil``."""
+
+    def arrange(work: Path) -> list[str]:
+        path = _glue_copy(work, folder) / file
+        path.write_bytes(spoil(path.read_bytes()))
+        return ["prepare", "--task", task, "--glue-dir", "glue-bad"]
+
+    return arrange
+
+
+def without(file: str) -> Arrange:
+    def arrange(work: Path) -> list[str]:
+        (_glue_copy(work, "SST-2") / file).unlink()
+        return ["prepare", "--task", "sst2", "--glue-dir", "glue-bad"]
+
+    return arrange
+
+
+def params(edit: Callable[[dict], None], *args: str) -> Arrange:
+    """``args`` with params.yaml changed by ``edit``."""
+
+    def arrange(work: Path) -> list[str]:
+        raw = yaml.safe_load((work / "params.yaml").read_text())
+        edit(raw)
+        (work / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return list(args)
+
+    return arrange
+
+
+def params_text(text: bytes, *args: str) -> Arrange:
+    def arrange(work: Path) -> list[str]:
+        (work / "params.yaml").write_bytes(text)
+        return list(args)
+
+    return arrange
+
+
+def setting(section: str, key: str, value) -> Callable[[dict], None]:
+    return lambda raw: raw.setdefault(section, {}).__setitem__(key, value)
+
+
+def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
+    def arrange(work: Path) -> list[str]:
+        path = work / "models" / "sst2" / "ce" / file
+        path.write_bytes(spoil(path.read_bytes()))
+        return ["evaluate", "--task", "sst2", "--method", "ce"]
+
+    return arrange
+
+
+def predict(lines: str, *options: str) -> Arrange:
+    """predict with the trained ce model on a file holding ``lines``, into out.jsonl."""
+
+    def arrange(work: Path) -> list[str]:
+        (work / "in.txt").write_text(lines, encoding="utf-8")
+        model = ["--model", "models/sst2/ce"]
+        return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", *options]
+
+    return arrange
+
+
+def other_model(work: Path) -> list[str]:
+    """A copy of the tiny model under another name: data/sst2 was tokenized for the first."""
+    source = Path(yaml.safe_load((work / "params.yaml").read_text())["model"]["name"])
+    shutil.copytree(source, work / "other-model")
+    return ["finetune", "--task", "sst2", "--method", "ce", "--set", "model.name=other-model"]
+
+
+def empty_model_folder(work: Path) -> list[str]:
+    (work / "empty-model").mkdir()
+    return ["prepare", "--task", "sst2", "--set", "model.name=empty-model"]
+
+
+def regression_task(work: Path) -> list[str]:
+    assert invoke("prepare", "--task", "stsb").exit_code == 0
+    return ["finetune", "--task", "stsb", "--method", "scl"]
+
+
+def _truncate(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _append(line: str) -> Callable[[bytes], bytes]:
+    return lambda data: data + line.encode("utf-8")
+
+
+def _blow_up(*extra: str) -> Arrange:
+    """Learning rates that make the weights overflow (no clipping, every step at full size)."""
+    return command(
+        "finetune", "--task", "sst2", "--method", "joint", "--set", "train.max_grad_norm=0",
+        "--set", "train.log_every=1000", *extra,
+    )  # fmt: skip
+
+
+FINETUNE_CE = ("finetune", "--task", "sst2", "--method", "ce")
+FINETUNE_JOINT = ("finetune", "--task", "sst2", "--method", "joint")
+_NOT_FOUND = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+
+CASES: list[Case] = [
+    # GLUE files
+    Case("tsv-missing-column", "a GLUE TSV without the label column in its header",
+         r"dev\.tsv, line 1: missing column 'label' in the header",
+         tsv("dev.tsv", lambda d: d.replace(b"sentence\tlabel", b"sentence\tsentiment", 1))),
+    Case("tsv-ragged-row", "a row with an extra tab-separated field",
+         r"dev\.tsv, line 18: 3 tab-separated fields, expected 2",
+         tsv("dev.tsv", _append("the movie was\tgood\t1\n"))),
+    Case("tsv-unknown-label", "a label outside the task's labels",
+         r"dev\.tsv, line 18: unknown label 'maybe'; valid labels for sst2: 0, 1",
+         tsv("dev.tsv", _append("the movie was fine \tmaybe\n"))),
+    Case("tsv-empty-file", "an empty train.tsv",
+         r"train\.tsv, line 1: empty file, no header and no data rows",
+         tsv("train.tsv", lambda d: b"")),
+    Case("tsv-header-only", "a train.tsv with a header and no rows",
+         r"train\.tsv, line 2: no data rows in the train split",
+         tsv("train.tsv", lambda d: b"sentence\tlabel\n")),
+    Case("tsv-binary", "binary junk instead of text",
+         r"train\.tsv, line 1: binary content \(NUL byte\)",
+         tsv("train.tsv", lambda d: bytes(range(256)) * 4)),
+    Case("tsv-not-utf8", "a TSV saved as Latin-1",
+         r"dev\.tsv, line 18: not valid UTF-8",
+         tsv("dev.tsv", lambda d: d + "un film très bon \t1\n".encode("latin-1"))),
+    Case("tsv-score-not-a-number", "an STS-B score that is not a number",
+         r"dev\.tsv, line 10: score 'high' is not a number",
+         tsv("dev.tsv", _append("9\tmain\tx\t2012\t0009\tnone\tnone\ta b\tc d\thigh\n"),
+             folder="STS-B", task="stsb")),
+    Case("glue-file-missing", "dev.tsv missing, and the hub not reachable offline",
+         r"glue-bad/SST-2/dev\.tsv.*HF_HUB_OFFLINE is set",
+         without("dev.tsv")),
+    # models
+    Case("model-not-trained", "evaluate a method that was never trained",
+         r"no trained model in models/sst2/joint \(missing aclpipe_model\.json",
+         command("evaluate", "--task", "sst2", "--method", "joint")),
+    Case("model-truncated", "a truncated model.safetensors",
+         r"model in models/sst2/ce is damaged or truncated \(SafetensorError\)",
+         spoil_model("model.safetensors", _truncate)),
+    Case("model-config-damaged", "a damaged aclpipe_model.json",
+         r"model in models/sst2/ce is damaged or truncated \(JSONDecodeError\)",
+         spoil_model("aclpipe_model.json", _truncate)),
+    Case("export-not-trained", "export a method that was never trained",
+         r"no trained model in models/sst2/joint",
+         command("export-exits", "--task", "sst2", "--method", "joint")),
+    Case("model-id-offline", "a hub model id while offline",
+         r"model 'aclpipe-tests/no-such-model' is neither a local folder nor reachable .*HF_HUB_OFFLINE=1",
+         command("prepare", "--task", "sst2", "--set", "model.name=aclpipe-tests/no-such-model")),
+    Case("model-folder-missing", "model.name is a path that does not exist",
+         r"model folder \./no-model not found",
+         command("prepare", "--task", "sst2", "--set", "model.name=./no-model")),
+    Case("model-folder-without-config", "model.name is a folder without config.json",
+         r"model folder empty-model has no config\.json", empty_model_folder),
+    Case("data-for-another-model", "data prepared with another model.name",
+         r"data/sst2 was tokenized for '.*' but model\.name is 'other-model'", other_model),
+    Case("data-not-prepared", "finetune before prepare",
+         r"data/mrpc/meta\.json not found: run `aclpipe prepare --task mrpc` first",
+         command("finetune", "--task", "mrpc", "--method", "ce")),
+    # params.yaml and --set
+    Case("params-unknown-key", "a misspelt key in params.yaml",
+         r"unknown key train\.learning_rate: valid keys of train are",
+         params(setting("train", "learning_rate", 1e-3), *FINETUNE_CE)),
+    Case("params-unknown-section", "a section params.yaml does not have",
+         r"unknown section 'training' in params", params(lambda r: r.update(training={}), *FINETUNE_CE)),
+    Case("params-wrong-type", "a word where a number belongs",
+         r"train\.epochs must be int, got 'three' \(str\)",
+         params(setting("train", "epochs", "three"), *FINETUNE_CE)),
+    Case("params-negative-lr", "a negative learning rate",
+         r"train\.lr must be > 0, got -1e-05", params(setting("train", "lr", -1e-5), *FINETUNE_CE)),
+    Case("params-batch-size-zero", "batch size 0",
+         r"train\.batch_size must be > 0, got 0", command(*FINETUNE_CE, "--set", "train.batch_size=0")),
+    Case("params-exits-out-of-range", "model.exits beyond the encoder's layers",
+         r"model\.exits \[1, 7\] must be layers in 1\.\.3 \(this encoder has 3 layers\)",
+         params(setting("model", "exits", [1, 7]), *FINETUNE_JOINT)),
+    Case("params-exits-empty", "model.exits an empty list", r"model\.exits is empty",
+         params(setting("model", "exits", []), *FINETUNE_JOINT)),
+    Case("params-too-few-exits", "one exit for a multi-exit method",
+         r"method joint needs at least two exits but model\.exits is \[3\]",
+         params(setting("model", "exits", [3]), *FINETUNE_JOINT)),
+    Case("params-unknown-pooling", "an unknown pooling",
+         r"model\.pooling is 'max': use one of auto, cls, mean, layer-attention",
+         command(*FINETUNE_CE, "--set", "model.pooling=max")),
+    Case("params-dropout-out-of-range", "dropout above 1",
+         r"model\.dropout must be in \[0, 1\], got 1\.5", command(*FINETUNE_CE, "--set", "model.dropout=1.5")),
+    Case("params-angle-out-of-range", "an ACL-Grad angle above 180 degrees",
+         r"methods\.acl\.max_angle must be in \[0, 180\] degrees",
+         command("finetune", "--task", "sst2", "--method", "acl", "--set", "methods.acl.max_angle=200")),
+    Case("params-unknown-pipeline-task", "pipeline.tasks names an unknown task",
+         r"pipeline\.tasks has unknown 'sst5'",
+         params(setting("pipeline", "tasks", ["sst2", "sst5"]), "prepare")),
+    Case("params-invalid-yaml", "params.yaml that is not valid YAML",
+         r"params\.yaml is not valid YAML at line 2", params_text(b"train:\n\tlr: 1\n", *FINETUNE_CE)),
+    Case("params-not-utf8", "params.yaml saved as Latin-1",
+         r"params\.yaml is not UTF-8 text", params_text("train: {}\n# caf\xe9\n".encode("latin-1"), *FINETUNE_CE)),
+    Case("params-file-missing", "--params names a missing file",
+         r"params file nope\.yaml not found", command(*FINETUNE_CE, "--params", "nope.yaml")),
+    Case("set-without-value", "--set without =value", r"--set 'train\.lr' is not key=value",
+         command(*FINETUNE_CE, "--set", "train.lr")),
+    Case("device-cuda-without-gpu", "train.device=cuda on a machine without a GPU",
+         r"train\.device is cuda but no GPU is visible", command(*FINETUNE_CE, "--set", "train.device=cuda")),
+    # selectors
+    Case("unknown-task", "a task that GLUE does not have", r"unknown task 'sst3': use one of cola, sst2",
+         command("finetune", "--task", "sst3", "--method", "ce")),
+    Case("unknown-method", "a method aclpipe does not have", r"unknown method 'acl_cl': use one of ce, scl",
+         command("finetune", "--task", "sst2", "--method", "acl_cl")),
+    Case("contrastive-on-regression", "a contrastive method on STS-B (regression)",
+         r"contrastive methods need class labels; STS-B is regression", regression_task),
+    Case("tradeoff-without-results", "tradeoff for a task with no evaluated method",
+         r"no results for task mrpc under reports/mrpc", command("tradeoff", "--task", "mrpc")),
+    # predict
+    Case("predict-unknown-policy", "an exit policy that does not exist",
+         r"unknown policy 'fastest': use one of entropy, patience, confidence",
+         predict("good .\n", "--policy", "fastest")),
+    Case("predict-entropy-out-of-range", "an entropy threshold above log C",
+         r"entropy threshold 5\.0 is outside \[0, log C\] = \[0, 0\.693\]",
+         predict("good .\n", "--policy", "entropy", "--threshold", "5")),
+    Case("predict-confidence-out-of-range", "a confidence threshold above 1",
+         r"confidence threshold 1\.5 is outside \[0, 1\]",
+         predict("good .\n", "--policy", "confidence", "--threshold", "1.5")),
+    Case("predict-patience-fraction", "a patience that is not a whole number",
+         r"patience 0\.5 must be a whole number >= 1",
+         predict("good .\n", "--policy", "patience", "--threshold", "0.5")),
+    Case("predict-input-missing", "--input names a missing file", r"input file nope\.txt not found",
+         lambda work: ["predict", "--model", "models/sst2/ce", "--input", "nope.txt", "--output", "out.jsonl"]),
+    Case("predict-line-with-two-tabs", "an input line with two tabs",
+         r"input line 2 has 2 tabs: give one sentence per line, or two sentences separated by one tab",
+         predict("good .\na\tb\tc\n")),
+    Case("predict-model-missing", "--model names a folder without a model",
+         r"no trained model in models/sst2/nothing",
+         lambda work: ["predict", "--model", "models/sst2/nothing", "--input", "-"]),
+    # training
+    Case("nan-loss", "a learning rate so high that the loss becomes NaN",
+         r"loss is nan at step 2 \(stage 1, epoch 1\): the learning rate is likely too high",
+         _blow_up("--set", "train.lr=1e30", "--set", "train.head_lr=1e30")),
+    Case("lr-overflow", "a learning rate that overflows float32 in the optimizer step",
+         r"train\.lr", _blow_up("--set", "train.lr=1e38", "--set", "train.head_lr=1e38")),
+]  # fmt: skip
+_MARKS = {
+    "device-cuda-without-gpu": _NOT_FOUND,
+}
+
+
+def tree(root: Path) -> dict[str, str | None]:
+    """Every path under ``root``: the SHA-256 of a file, None for a folder."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file()
+        else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, make_project) -> Path:
+    """A project with SST-2 prepared, ce trained and evaluated: the earlier outputs."""
+    work = make_project(tmp_path_factory.mktemp("trained"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.delenv("GLUE_DIR", raising=False)
+        for stage in ("finetune", "evaluate"):
+            result = invoke(stage, "--task", "sst2", "--method", "ce")
+            assert result.exit_code == 0, result.output
+    return work
+
+
+@pytest.fixture
+def work(trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "work"
+    shutil.copytree(trained, folder)
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("GLUE_DIR", raising=False)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.name, marks=_MARKS.get(c.name, ())) for c in CASES]
+)
+def test_bad_input(case: Case, work: Path) -> None:
+    args = case.arrange(work)
+    before = tree(work)
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert re.search(case.pattern, lines[0].removeprefix("error: ")), lines[0]
+    assert tree(work) == before  # nothing new, nothing changed
+
+
+def test_at_least_twenty_distinct_cases() -> None:
+    names = [c.name for c in CASES]
+    assert len(names) >= 20 and len(set(names)) == len(names)
+
+
+def test_docs_show_every_case() -> None:
+    """docs/bad_inputs.md has one table row per case, in the same order, with its problem."""
+    rows = [
+        [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        for line in DOCS.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `")
+    ]
+    assert [row[0].strip("`") for row in rows] == [c.name for c in CASES]
+    for row, case in zip(rows, CASES):
+        assert case.problem in row[1], (case.name, row[1])
+        assert len(row) == 4 and all(row), row  # case, input, what the user sees, the fix
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same error with --debug: Python's traceback, ending in the UserError (in a real
+    process, as a user sees it; tradeoff imports nothing heavy before reading params)."""
+    message = "params file nope.yaml not found: pass an existing file with --params"
+    monkeypatch.chdir(tmp_path)
+    plain = invoke("tradeoff", "--params", "nope.yaml")
+    assert plain.exit_code == 2 and plain.stderr == f"error: {message}\n"
+    debug = subprocess.run(
+        [sys.executable, "-m", "aclpipe.cli", "--debug", "tradeoff", "--params", "nope.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert debug.returncode == 1 and debug.stdout == ""
+    assert debug.stderr.startswith("Traceback (most recent call last):")
+    assert debug.stderr.rstrip().endswith(f"aclpipe.errors.UserError: {message}")
+    assert list(tmp_path.iterdir()) == []
