@@ -144,9 +144,12 @@ class MultiExitModel(nn.Module):
         return self.encoder.embeddings(input_ids=input_ids)
 
     def _embedding_args(self) -> set[str]:
-        import inspect
+        if not hasattr(self, "_embedding_arg_names"):  # looked up once: a hot path at batch 1
+            import inspect
 
-        return set(inspect.signature(self.encoder.embeddings.forward).parameters)
+            names = set(inspect.signature(self.encoder.embeddings.forward).parameters)
+            self._embedding_arg_names = names
+        return self._embedding_arg_names
 
     def label_embeddings(self) -> torch.Tensor:
         """Label embedding of each class at each exit, ``[E, C, D]`` (METHODS.md, Notation)."""

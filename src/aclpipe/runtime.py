@@ -46,6 +46,9 @@ class EarlyExitRuntime:
         self.layers = model.layer_modules()
         self.exit_at = {layer: i for i, layer in enumerate(model.spec.exits)}  # layer -> exit index
         self.keep_all_layers = model.spec.pooling == "layer-attention"  # it reads h_0..h_k
+        self.exit_layers = torch.tensor(model.spec.exits)
+        # how many exits' logits the policy reads: patience t looks at exits k-t..k
+        self.window = int(threshold) + 1 if policy == "patience" else 1
 
     @torch.no_grad()
     def __call__(self, input_ids, attention_mask, token_type_ids=None) -> EarlyExitResult:
@@ -56,41 +59,47 @@ class EarlyExitRuntime:
         active = torch.arange(batch)  # original positions of the samples still running
         mask = attention_mask
         hidden = model.embed(input_ids, token_type_ids)  # [b, T, H]
+        mask4d = additive_mask(mask, hidden.dtype)  # rebuilt only when the batch shrinks
         kept = [hidden]  # h_0..h_k for the running samples (only h_k unless layer attention)
-        seen: list[torch.Tensor] = []  # logits at each exit so far, [b, C] each
+        seen: list[torch.Tensor] = []  # the last `window` exits' logits, [b, C] each
         for depth, layer in enumerate(self.layers[: model.spec.exits[-1]], start=1):
-            hidden = _layer_call(layer, hidden, additive_mask(mask, hidden.dtype))
+            hidden = _layer_call(layer, hidden, mask4d)
             kept = kept + [hidden] if self.keep_all_layers else [hidden]
             if depth not in self.exit_at:
                 continue
             k = self.exit_at[depth]
             head = model.heads[k]
-            seen.append(head.classifier(head.pooler(kept, mask)))  # [b, C]
-            if k == last_exit:
-                leave = torch.ones(len(active), dtype=torch.bool)
-            else:
-                leave = exits_now(
-                    self.policy, self.threshold, torch.stack(seen), self.regression, self.eps
-                )
-            out_logits[active[leave]] = seen[-1][leave].float()
-            out_index[active[leave]] = k
-            if leave.all():
+            logits = head.classifier(head.pooler(kept, mask))  # [b, C]
+            if k == last_exit:  # everyone still running leaves here
+                out_logits[active], out_index[active] = logits.float(), k
                 break
+            seen = seen[len(seen) + 1 - self.window :] + [logits]
+            leave = exits_now(
+                self.policy, self.threshold, torch.stack(seen), self.regression, self.eps
+            )
+            leaving = int(leave.sum())
+            if leaving == 0:
+                continue
+            if leaving == len(active):
+                out_logits[active], out_index[active] = logits.float(), k
+                break
+            out_logits[active[leave]], out_index[active[leave]] = logits[leave].float(), k
             stay = ~leave
             active, mask = active[stay], mask[stay]
             longest = int(mask.sum(dim=1).max())  # trim padding only finished samples needed
             mask = mask[:, :longest]
+            mask4d = additive_mask(mask, hidden.dtype)
             kept = [h[stay, :longest] for h in kept]
             hidden = kept[-1]
             seen = [s[stay] for s in seen]
-        exit_layer = torch.tensor(model.spec.exits)[out_index]
-        return EarlyExitResult(out_logits, out_index, exit_layer)
+        return EarlyExitResult(out_logits, out_index, self.exit_layers[out_index])
 
 
 @torch.no_grad()
 def full_forward(model: MultiExitModel, input_ids, attention_mask, token_type_ids=None):
-    """The model without early exit: every layer up to the deepest exit, and its head only."""
-    model.eval()
+    """The model without early exit: every layer up to the deepest exit, and its head only.
+
+    The caller puts the model in eval mode (as ``EarlyExitRuntime`` does on construction)."""
     hidden = model.embed(input_ids, token_type_ids)
     kept = [hidden]
     keep_all = model.spec.pooling == "layer-attention"
