@@ -422,6 +422,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     task = get_task(load_meta(args.data)["task"])
+    if task.is_regression:
+        sys.exit(f"{task.name} is a regression task: this benchmark times classification exits")
     model = load_multi_exit(args.model).eval()
     rows = load_split(args.data, task.dev_splits[0][0])
     pad_id = model.encoder.config.pad_token_id or 0
