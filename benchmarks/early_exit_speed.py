@@ -166,6 +166,10 @@ def early_exit_section(
         batches = make_batches(rows, size, pad_id)
         runtimes = {f"{p} {t:g}": EarlyExitRuntime(model, p, t) for p, t in settings}
         calls: dict[str, Callable] = {"full": lambda **b: full_forward(model, **b), **runtimes}
+        if size == 1:  # the oracle: each sample's exit known in advance (see ``oracle_call``)
+            for policy, threshold in settings:
+                chosen = exit_indices(policy, threshold, logits_by_size[size])  # [N]
+                calls[f"oracle {policy} {threshold:g}"] = oracle_call(model, batches, chosen)
         with torch.inference_mode():
             timed = time_interleaved(calls, batches, repeats)
         wall = {name: statistics.median(v) for name, v in timed["wall"].items()}
@@ -178,6 +182,16 @@ def early_exit_section(
             online_layers = np.asarray(exits)[online]
             measured = wall["full"] / wall[name]
             paired = [f / e / layer for f, e in zip(timed["wall"]["full"], timed["wall"][name])]
+            oracle = wall.get(f"oracle {name}")
+            floor = (
+                {
+                    "oracle_speedup": round(wall["full"] / oracle, 3),
+                    "oracle_ratio": round(wall["full"] / oracle / layer, 3),
+                    "runtime_over_oracle": round(wall[name] / oracle, 3),
+                }
+                if oracle
+                else {}
+            )
             results.append(
                 {
                     "batch_size": size,
@@ -198,9 +212,21 @@ def early_exit_section(
                     ),
                     "seconds_full": round(wall["full"], 4),
                     "seconds_early_exit": round(wall[name], 4),
+                    **floor,
                 }
             )
     return results
+
+
+def oracle_call(model: MultiExitModel, batches: list[dict], chosen: np.ndarray) -> Callable:
+    """Batch 1: a call that runs each sample straight to the exit the policy will pick (the
+    embeddings, the layers up to that exit, and that exit's head only; ``full_forward`` with
+    ``exit_index``). It is the floor for any early-exit runtime on this model code: what is
+    left between it and the full model is the fixed cost of a forward (embeddings, mask, one
+    head), and what is left between the runtime and it is the runtime's own cost (the heads
+    and policy checks of the exits a sample passes)."""
+    exit_of = {id(batch["input_ids"]): int(k) for batch, k in zip(batches, chosen)}
+    return lambda **b: full_forward(model, **b, exit_index=exit_of[id(b["input_ids"])])
 
 
 # --- ONNX ------------------------------------------------------------------------------------
@@ -314,20 +340,34 @@ def onnx_section(model, paths: dict[int, Path], rows: list[dict], pad_id: int, r
 def print_speed(speed: list[dict]) -> None:
     print(
         f"\n{'batch':>5} {'policy':>10} {'thresh':>7} {'layer x':>8} {'measured x':>10} "
-        f"{'ratio':>6} {'target':>6}  ok {'cpu x':>6} {'cpu ratio':>9}  agree"
+        f"{'ratio':>6} {'target':>6}  ok {'cpu x':>6} {'cpu ratio':>9}  agree "
+        f"{'oracle ratio':>12} {'time/oracle':>11}"
     )
     for r in speed:
+        oracle = (
+            f"{r['oracle_ratio']:>12.2f} {r['runtime_over_oracle']:>11.3f}"
+            if "oracle_ratio" in r
+            else f"{'-':>12} {'-':>11}"
+        )
         print(
             f"{r['batch_size']:>5} {r['policy']:>10} {r['threshold']:>7g} "
             f"{r['layer_speedup']:>8.2f} {r['measured_speedup']:>10.2f} {r['ratio']:>6.2f} "
             f"{r['target']:>6} {'yes' if r['meets_target'] else 'NO ':>3} "
-            f"{r['cpu_speedup']:>6.2f} {r['cpu_ratio']:>9.2f}  {r['runtime_agrees_with_offline']:.3f}"
+            f"{r['cpu_speedup']:>6.2f} {r['cpu_ratio']:>9.2f}  "
+            f"{r['runtime_agrees_with_offline']:.3f} {oracle}"
         )
     for size, line in summary(speed).items():
         print(
             f"{size}: ratio {line['min_ratio']:.2f}..{line['max_ratio']:.2f} (cpu "
             f"{line['min_cpu_ratio']:.2f}..{line['max_cpu_ratio']:.2f}), "
             f"{line['settings_meeting_target']}/{line['settings']} settings meet {line['target']}"
+            + (
+                f"; oracle ratio {line['min_oracle_ratio']:.2f}..{line['max_oracle_ratio']:.2f}, "
+                f"runtime / oracle time {line['min_runtime_over_oracle']:.3f}.."
+                f"{line['max_runtime_over_oracle']:.3f}"
+                if "min_oracle_ratio" in line
+                else ""
+            )
         )
 
 
@@ -345,6 +385,13 @@ def summary(speed: list[dict]) -> dict:
             "min_cpu_ratio": min(r["cpu_ratio"] for r in rows),
             "max_cpu_ratio": max(r["cpu_ratio"] for r in rows),
         }
+        if all("oracle_ratio" in r for r in rows):
+            out[f"batch{size}"].update(
+                min_oracle_ratio=min(r["oracle_ratio"] for r in rows),
+                max_oracle_ratio=max(r["oracle_ratio"] for r in rows),
+                min_runtime_over_oracle=min(r["runtime_over_oracle"] for r in rows),
+                max_runtime_over_oracle=max(r["runtime_over_oracle"] for r in rows),
+            )
     return out
 
 

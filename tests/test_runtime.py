@@ -10,8 +10,9 @@ from aclpipe.model import ExitSpec, MultiExitModel
 from aclpipe.policies import exit_indices
 from aclpipe.runtime import EarlyExitRuntime, full_forward
 
-SETTINGS = [("entropy", 0.0), ("entropy", 0.6), ("entropy", 0.69), ("confidence", 0.0),
-            ("confidence", 0.52), ("confidence", 1.0), ("patience", 1), ("patience", 2)]  # fmt: skip
+SETTINGS = [("entropy", 0.0), ("entropy", 0.2), ("entropy", 0.6), ("entropy", 0.69),
+            ("confidence", 0.0), ("confidence", 0.7), ("confidence", 0.95),
+            ("confidence", 1.0), ("patience", 1), ("patience", 2)]  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=["mean", "cls", "layer-attention"])
@@ -19,14 +20,15 @@ def model_and_batch(request, tiny_model_dir):
     torch.manual_seed(0)
     encoder = load_encoder(str(tiny_model_dir))
     model = MultiExitModel(encoder, ExitSpec(2, [1, 2, 3], request.param, 0.1)).eval()
-    for head in model.heads:  # larger logits, so that every policy splits the batch
-        torch.nn.init.normal_(head.classifier.weight, std=2.0)
     lengths = [3, 9, 5, 12, 7, 4, 10, 6, 8, 11, 5, 12]
     input_ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
     mask = torch.zeros_like(input_ids)
     for i, n in enumerate(lengths):
         input_ids[i, :n] = torch.randint(5, 30, (n,))
         mask[i, :n] = 1
+    with torch.no_grad():  # logits with a spread of about 1.5, so that every policy splits
+        for head, logits in zip(model.heads, model(input_ids, mask).logits):
+            head.classifier.weight.mul_(1.5 / logits.std())
     return model, input_ids, mask
 
 
@@ -61,5 +63,7 @@ def test_settings_split_the_batch(model_and_batch) -> None:
     model, input_ids, mask = model_and_batch
     with torch.no_grad():
         all_logits = model(input_ids, mask).logits
-    spread = {len(set(exit_indices(p, t, all_logits).tolist())) for p, t in SETTINGS}
-    assert max(spread) > 1
+    spread = {(p, t): len(set(exit_indices(p, t, all_logits).tolist())) for p, t in SETTINGS}
+    splitting = [("entropy", 0.2), ("entropy", 0.6), ("confidence", 0.7), ("confidence", 0.95),
+                 ("patience", 1)]  # fmt: skip
+    assert all(spread[setting] > 1 for setting in splitting), spread

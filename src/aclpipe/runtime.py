@@ -1,6 +1,6 @@
 """The early-exit runtime: run the encoder layer by layer and stop per sample.
 
-After each exit the policy (``aclpipe.policies.exits_now``) decides, sample by sample, who
+After each exit the policy (``aclpipe.policies.leaves``) decides, sample by sample, who
 leaves; those samples leave the batch and the rest go on, so no layer runs for a finished
 sample. Padding columns that only finished samples needed are trimmed as the batch shrinks
 (batches are right-padded). The full model baseline (``full_forward``) runs the same layers
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from aclpipe.model import MultiExitModel, additive_mask
-from aclpipe.policies import check_threshold, exits_now
+from aclpipe.policies import check_policy, check_threshold, leaves
 
 
 @dataclass
@@ -41,6 +41,7 @@ class EarlyExitRuntime:
         eps: float = 0.1,
     ) -> None:
         check_threshold(policy, threshold, model.spec.num_labels, model.num_exits)
+        check_policy(policy, regression)
         self.model, self.policy, self.threshold = model.eval(), policy, threshold
         self.regression, self.eps = regression, eps
         self.layers = model.layer_modules()
@@ -50,18 +51,19 @@ class EarlyExitRuntime:
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
         self.window = int(threshold) + 1 if policy == "patience" else 1
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def __call__(self, input_ids, attention_mask, token_type_ids=None) -> EarlyExitResult:
         model, batch = self.model, input_ids.shape[0]
         last_exit = model.num_exits - 1
-        out_logits = torch.empty(batch, model.spec.num_labels)
+        out_logits: torch.Tensor | None = None  # filled when a first sample leaves
         out_index = torch.full((batch,), last_exit, dtype=torch.long)
-        active = torch.arange(batch)  # original positions of the samples still running
+        active: torch.Tensor | None = None  # original positions of those running; None = all
         mask = attention_mask
         hidden = model.embed(input_ids, token_type_ids)  # [b, T, H]
-        mask4d = additive_mask(mask, hidden.dtype)  # rebuilt only when the batch shrinks
+        mask4d, pool_mask = _masks(mask, hidden.dtype)  # rebuilt only when the batch shrinks
         kept = [hidden]  # h_0..h_k for the running samples (only h_k unless layer attention)
-        seen: list[torch.Tensor] = []  # the last `window` exits' logits, [b, C] each
+        seen: list[list[list[float]]] = [[] for _ in range(batch)]  # per sample, its last
+        # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
         for depth, layer in enumerate(self.layers[: model.spec.exits[-1]], start=1):
             hidden = _layer_call(layer, hidden, mask4d)
             kept = kept + [hidden] if self.keep_all_layers else [hidden]
@@ -69,43 +71,67 @@ class EarlyExitRuntime:
                 continue
             k = self.exit_at[depth]
             head = model.heads[k]
-            logits = head.classifier(head.pooler(kept, mask))  # [b, C]
-            if k == last_exit:  # everyone still running leaves here
-                out_logits[active], out_index[active] = logits.float(), k
+            logits = head.classifier(head.pooler(kept, pool_mask)).float()  # [b, C]
+            if k < last_exit:  # one tolist() and plain Python: see aclpipe.policies
+                seen = [
+                    w[len(w) + 1 - self.window :] + [row] for w, row in zip(seen, logits.tolist())
+                ]
+                decided = [
+                    leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
+                ]
+                leaving = sum(decided)
+                if leaving == 0:
+                    continue
+            if k == last_exit or leaving == logits.shape[0]:  # everyone still running leaves
+                if active is None:  # nobody left earlier: this exit's logits are the answer
+                    out_index.fill_(k)
+                    return EarlyExitResult(logits, out_index, self.exit_layers[out_index])
+                out_logits[active], out_index[active] = logits, k
                 break
-            seen = seen[len(seen) + 1 - self.window :] + [logits]
-            leave = exits_now(
-                self.policy, self.threshold, torch.stack(seen), self.regression, self.eps
-            )
-            leaving = int(leave.sum())
-            if leaving == 0:
-                continue
-            if leaving == len(active):
-                out_logits[active], out_index[active] = logits.float(), k
-                break
-            out_logits[active[leave]], out_index[active[leave]] = logits[leave].float(), k
+            if out_logits is None:
+                out_logits = logits.new_empty(batch, logits.shape[1])
+                active = torch.arange(batch)
+            leave = torch.tensor(decided)
+            out_logits[active[leave]], out_index[active[leave]] = logits[leave], k
             stay = ~leave
             active, mask = active[stay], mask[stay]
             longest = int(mask.sum(dim=1).max())  # trim padding only finished samples needed
             mask = mask[:, :longest]
-            mask4d = additive_mask(mask, hidden.dtype)
+            mask4d, pool_mask = _masks(mask, hidden.dtype)
             kept = [h[stay, :longest] for h in kept]
             hidden = kept[-1]
-            seen = [s[stay] for s in seen]
+            seen = [w for w, gone in zip(seen, decided) if not gone]
         return EarlyExitResult(out_logits, out_index, self.exit_layers[out_index])
 
 
-@torch.no_grad()
-def full_forward(model: MultiExitModel, input_ids, attention_mask, token_type_ids=None):
-    """The model without early exit: every layer up to the deepest exit, and its head only.
+def _masks(
+    mask: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(additive mask for the layers, mask for the poolers)``; both ``None`` when no token
+    is padding (always so at batch 1), which spares the layers the mask and the poolers the
+    masked mean. Adding an all-zero mask changes nothing, so the results are the same."""
+    if bool(mask.all()):
+        return None, None
+    return additive_mask(mask, dtype), mask
 
-    The caller puts the model in eval mode (as ``EarlyExitRuntime`` does on construction)."""
+
+@torch.inference_mode()
+def full_forward(
+    model: MultiExitModel, input_ids, attention_mask, token_type_ids=None, exit_index: int = -1
+):
+    """The model without early exit: every layer up to an exit (the deepest by default), and
+    that exit's head only.
+
+    It takes the same shortcuts as the runtime (no mask when nothing is padded, inference
+    mode), so the two are timed on equal terms. With the exit each sample will take known in
+    advance, it is also the floor no early-exit runtime can beat (the benchmark's oracle). The
+    caller puts the model in eval mode (as ``EarlyExitRuntime`` does on construction)."""
+    head = model.heads[exit_index]
     hidden = model.embed(input_ids, token_type_ids)
     kept = [hidden]
     keep_all = model.spec.pooling == "layer-attention"
-    mask4d = additive_mask(attention_mask, hidden.dtype)
-    for layer in model.layer_modules()[: model.spec.exits[-1]]:
+    mask4d, pool_mask = _masks(attention_mask, hidden.dtype)
+    for layer in model.layer_modules()[: head.layer]:
         hidden = _layer_call(layer, hidden, mask4d)
         kept = kept + [hidden] if keep_all else [hidden]
-    head = model.heads[-1]
-    return head.classifier(head.pooler(kept, attention_mask))  # [B, C]
+    return head.classifier(head.pooler(kept, pool_mask)).float()  # [B, C]
