@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test bench lint
+.PHONY: setup repro test bench lint campaign
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,6 +18,14 @@ setup: $(VENV)/.installed
 
 repro: setup
 	dvc repro
+
+# The seeds campaign (reports/README.md): hours on 2 cores, resumable; seed 1 of every run
+# first, so that an interrupted campaign still compares every method.
+campaign: setup
+	for seed in $$($(PY) -c "import yaml; print(*yaml.safe_load(open('campaign/params.yaml'))['campaign']['seeds'])"); do \
+	  dvc repro --glob "campaign/dvc.yaml:run@$$seed-*" || exit 1; \
+	done
+	dvc repro campaign/dvc.yaml
 
 test: setup
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest

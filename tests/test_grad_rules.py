@@ -152,3 +152,23 @@ def test_scope_mask_on_bert_like_names() -> None:
     assert scope_mask(named, "encoder-weights") == expected
     prefixed = [("bert." + name, p) for name, p in named]
     assert scope_mask(prefixed, "encoder-weights", encoder_prefix="bert.encoder.") == expected
+
+
+@pytest.mark.parametrize("rule", ["sum", "acl-grad", "gr"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_in_place_equals_out_of_place(rule: str, seed: int) -> None:
+    """The training loop's in-place combination gives the pure function's result, with
+    parameters that only one objective reaches and a mix of conflicts."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(3, 4), (4,), (2, 2), (5,)]
+    main = [torch.randn(s, generator=gen) for s in shapes[:3]] + [None]
+    aux = [None] + [torch.randn(s, generator=gen) for s in shapes[1:]]
+    scoped = [True, True, True, False]
+    expected, outcome = combine_gradients(rule, main, aux, scoped)
+    owned = [None if m is None else m.clone() for m in main]
+    got, outcome_in_place = combine_gradients(rule, owned, aux, scoped, in_place=True)
+    assert outcome_in_place == outcome
+    for e, g in zip(expected, got):
+        assert (e is None) == (g is None)
+        if e is not None:
+            torch.testing.assert_close(g, e)

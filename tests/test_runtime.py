@@ -58,6 +58,16 @@ def test_full_forward_is_the_deepest_exit(model_and_batch) -> None:
     torch.testing.assert_close(full_forward(model, input_ids, mask), expected, atol=1e-5, rtol=1e-4)
 
 
+def test_full_forward_to_any_exit(model_and_batch) -> None:
+    """With ``exit_index`` it runs up to that exit and its head only (the benchmark's oracle)."""
+    model, input_ids, mask = model_and_batch
+    with torch.no_grad():
+        expected = model(input_ids, mask).logits
+    for k in range(model.num_exits):
+        got = full_forward(model, input_ids, mask, exit_index=k)
+        torch.testing.assert_close(got, expected[k], atol=1e-5, rtol=1e-4)
+
+
 def test_settings_split_the_batch(model_and_batch) -> None:
     """The fixture is informative: some settings exit samples at different layers."""
     model, input_ids, mask = model_and_batch

@@ -395,5 +395,75 @@ def sts_eval(
     console.print(f"wrote {out}", highlight=False)
 
 
+campaign_app = typer.Typer(
+    help="The seeds campaign on real GLUE (campaign/params.yaml, run by campaign/dvc.yaml): "
+    "every method over several seeds, aggregated into reports/<task>/results.md.",
+    no_args_is_help=True,
+)
+app.add_typer(campaign_app, name="campaign")
+CampaignOpt = Annotated[
+    Path,
+    typer.Option("--campaign", help="Campaign params: shared knobs plus a campaign: section."),
+]
+
+
+@campaign_app.command("prepare")
+@user_errors
+def campaign_prepare(
+    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Read, subsample and tokenize a task into campaign/data/<task>/ with its settings."""
+    from aclpipe.campaign import load_campaign, prepare_task
+
+    spec = load_campaign(campaign)
+    meta = prepare_task(spec, task, console)
+    counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
+    console.print(f"prepared {task} from {meta['source']}: {counts}", highlight=False)
+
+
+@campaign_app.command("run")
+@user_errors
+def campaign_run(
+    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
+    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Train one run, score every exit and sweep the policies; writes
+    campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
+    from aclpipe.campaign import load_campaign, run_one
+
+    spec = load_campaign(campaign)
+    out = run_one(spec, task, run, seed, console)
+    console.print(f"wrote {out}", highlight=False)
+
+
+@campaign_app.command("report")
+@user_errors
+def campaign_report(
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    reports: Annotated[
+        Path, typer.Option("--reports", help="Where results.md and README.md go.")
+    ] = Path("reports"),
+) -> None:
+    """Aggregate the finished runs into reports/<task>/results.{md,json}, plots, and
+    reports/README.md (mean ± sd over seeds; no model is run)."""
+    from aclpipe.campaign import load_campaign
+    from aclpipe.campaign_report import write_reports
+
+    spec = load_campaign(campaign)
+    summaries = write_reports(spec, reports)
+    if not summaries:
+        raise UserError(
+            f"no finished runs under {spec.root / 'runs'}: run `dvc repro campaign/dvc.yaml` "
+            "(or `aclpipe campaign run ...`) first"
+        )
+    for task, summary in summaries.items():
+        done = sum(len(e["seeds"]) for e in summary["runs"].values())
+        console.print(f"wrote {reports / task / 'results.md'} ({done} runs)", highlight=False)
+    console.print(f"wrote {reports / 'README.md'}", highlight=False)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

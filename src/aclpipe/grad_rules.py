@@ -40,18 +40,24 @@ def _scoped_products(
     main: list[Tensor | None], aux: list[Tensor | None], scoped: list[bool]
 ) -> tuple[float, float, float, float]:
     """``<g_m, g_a>``, ``||g_m||^2``, ``||g_a||^2`` over the scoped params, and ``||g_a||^2``
-    over the scoped params that the main objective also reaches; one host sync."""
+    over the scoped params that the main objective also reaches; one host sync.
+
+    Per parameter a ``torch.dot`` in its own dtype (no temporary tensor: a product and a
+    float64 sum of it cost 0.4 s per step on MiniLM-L6 with 2 CPU cores, a fifth of a ce
+    step), then the per-parameter results are summed in float64."""
     terms: list[list[Tensor]] = [[], [], [], []]
     for m, a, in_scope in zip(main, aux, scoped, strict=True):
         if not in_scope:
             continue
+        m = m.reshape(-1) if m is not None else None
+        a = a.reshape(-1) if a is not None else None
         if m is not None:
-            terms[1].append(m.pow(2).sum(dtype=torch.float64))
+            terms[1].append(torch.dot(m, m).double())
         if a is not None:
-            aux_sq = a.pow(2).sum(dtype=torch.float64)
+            aux_sq = torch.dot(a, a).double()
             terms[2].append(aux_sq)
             if m is not None:
-                terms[0].append((m * a).sum(dtype=torch.float64))
+                terms[0].append(torch.dot(m, a).double())
                 terms[3].append(aux_sq)
     if not terms[1] and not terms[2]:
         return 0.0, 0.0, 0.0, 0.0
@@ -68,6 +74,7 @@ def combine_gradients(
     scoped: list[bool],
     *,
     max_angle: float = 90.0,
+    in_place: bool = False,
 ) -> tuple[list[Tensor | None], RuleOutcome]:
     """Combine per-parameter gradients of a main and an auxiliary objective.
 
@@ -90,6 +97,9 @@ def combine_gradients(
         aux: gradient of the auxiliary objective per parameter, same order and shapes.
         scoped: per parameter, whether it is in the rule's scope (see :func:`scope_mask`).
         max_angle: ACL-Grad's conflict angle in degrees (90: conflict when ``cos < 0``).
+        in_place: write the result into the ``main`` tensors (the training loop owns them:
+            they come fresh from ``autograd.grad``), sparing a model-sized allocation per
+            step; otherwise no input is modified.
 
     Returns:
         The combined gradient per parameter (``None`` where neither objective reaches; a
@@ -112,22 +122,31 @@ def combine_gradients(
     ratio = aux_norm / main_norm if main_norm > 0 else math.nan
     altered = False
 
+    add = _add_in_place if in_place else _add
     if rule == "acl-grad":
         threshold = math.cos(math.radians(max_angle))
         threshold = 0.0 if abs(threshold) < 1e-12 else threshold  # cos(90°) is 6e-17 in floats
         altered = cosine < threshold  # False for nan
-        combined = list(main) if altered else [_add(m, a) for m, a in zip(main, aux, strict=True)]
+        combined = list(main) if altered else [add(m, a) for m, a in zip(main, aux, strict=True)]
     elif rule == "gr" and dot < 0:
         altered = True
         coefficient = dot / shared_aux_sq  # shared_aux_sq > 0, since dot != 0
         combined = []
         for m, a, in_scope in zip(main, aux, scoped, strict=True):
-            if in_scope and m is not None and a is not None:
-                m = m - coefficient * a
-            combined.append(_add(m, a))
+            if in_scope and m is not None and a is not None:  # g_f - c g_s, then + g_s
+                m = m.add_(a, alpha=-coefficient) if in_place else m - coefficient * a
+            combined.append(add(m, a))
     else:
-        combined = [_add(m, a) for m, a in zip(main, aux, strict=True)]
+        combined = [add(m, a) for m, a in zip(main, aux, strict=True)]
     return combined, RuleOutcome(cosine=cosine, altered=altered, grad_norm_ratio=ratio)
+
+
+def _add_in_place(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a.add_(b)
 
 
 def scope_mask(

@@ -149,8 +149,8 @@ def backward(
     # decide on the gradients averaged over processes, as one process at the global batch would
     g_main, g_aux = all_reduce_mean(g_main, params), all_reduce_mean(g_aux, params)
     scoped = scope_mask(named_trainable, stage.grad_scope)
-    grads, outcome = combine_gradients(
-        stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle
+    grads, outcome = combine_gradients(  # in place: g_main is this step's own fresh tensors
+        stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle, in_place=True
     )
     for p, g in zip(params, grads):
         p.grad = None if g is None else g.detach()
