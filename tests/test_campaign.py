@@ -73,7 +73,7 @@ def fake_run(root: Path, task: str, run: str, method: str, seed: int, per_exit: 
                    for i, (s, x) in enumerate(points)],
     }  # fmt: skip
     record = {"task": task, "run": run, "method": method, "seed": seed,
-              "overrides": [f"train.seed={seed}"], "data": {"splits": {}}}  # fmt: skip
+              "overrides": ["data.max_length=16", f"train.seed={seed}"], "data": {"splits": {}}}  # fmt: skip
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "curves.json").write_text(json.dumps(curves))
     (folder / "run.json").write_text(json.dumps(record))

@@ -92,7 +92,12 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
         per_exit = [[e["score"] for e in _primary(m)["per_exit"]] for m in metrics]
         entry = {
             "method": by_seed[seeds[0]]["run"]["method"],
-            "overrides": by_seed[seeds[0]]["run"]["overrides"][:-1],  # less train.seed
+            # the variant's own knobs; the task settings are the same for every run
+            "overrides": [
+                o.replace("=False", "=false").replace("=True", "=true")
+                for o in by_seed[seeds[0]]["run"]["overrides"]
+                if o.startswith("methods.")
+            ],
             "seeds": seeds,
             "exits": exits,
             "final": mean_sd([m["final_score"] for m in metrics]),
@@ -200,8 +205,9 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _setting(campaign: Campaign, task: str, meta: dict) -> str:
     p = campaign.params(task)
     counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
+    subsample = f" (a fixed subsample, data.seed {p.data.seed})" if p.data.max_train_samples else ""
     return (
-        f"{p.model.name}, {counts} examples, max_length {p.data.max_length}, "
+        f"{p.model.name}, {counts} examples{subsample}, max_length {p.data.max_length}, "
         f"{p.train.epochs} epoch(s), batch {p.train.batch_size}, lr {p.train.lr:g} "
         f"(heads {p.train.head_lr:g}); seeds {campaign.seeds}"
     )
@@ -280,7 +286,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             "`altered` is the share of steps the gradient rule dropped (ACL-Grad) or "
             "projected (GR). Histograms: results_angles.png.",
             _table(
-                ["run", "steps", "mean angle", "share > 90°", "altered"],
+                ["run", "steps", "mean angle", "share > 90° (%)", "altered (%)"],
                 [
                     [
                         run,
