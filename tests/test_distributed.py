@@ -129,8 +129,6 @@ def test_same_dev_scores_and_schedule(runs: dict, method: str) -> None:
     assert scores[0] == pytest.approx(scores[1], abs=1e-6)
 
 
-
-
 @pytest.mark.parametrize("method", METHODS)
 def test_same_logged_losses(runs: dict, method: str) -> None:
     two, one = steps(runs["two"], method), steps(runs["one"], method)

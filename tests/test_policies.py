@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aclpipe.errors import UserError
-from aclpipe.policies import check_threshold, default_grid, exit_indices, exits_now
+from aclpipe.policies import check_threshold, default_grid, exit_indices
 
 # Three exits, two samples, two classes. Sample 0 is confident from exit 0 on
 # (p = softmax([4, 0]) = 0.982, entropy 0.090); sample 1 is unsure until the last exit.
@@ -68,7 +68,7 @@ def test_regression_patience_uses_eps() -> None:
     assert exit_indices("patience", 1, logits, regression=True, eps=0.1).tolist() == [1, 2]
     assert exit_indices("patience", 2, logits, regression=True, eps=0.1).tolist() == [2, 3]
     with pytest.raises(UserError, match="patience"):
-        exits_now("entropy", 0.1, torch.tensor(logits[:1]), regression=True)
+        exit_indices("entropy", 0.1, torch.tensor(logits[:1]), regression=True)
 
 
 def test_decisions_do_not_depend_on_batch_mates() -> None:

@@ -319,8 +319,6 @@ def test_deebert_resumes_across_the_stage_boundary(
     assert [(e["stage"], e["epoch"]) for e in history["epochs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
-
-
 def test_kill_between_the_two_renames_of_a_checkpoint(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:

@@ -9,6 +9,7 @@ deviations; otherwise they tie (the issue's rule); below two seeds each nothing 
 
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 from pathlib import Path
@@ -125,6 +126,13 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
             }
         entry["_points"] = [method_points(by_seed[s]) for s in seeds]
         out["runs"][run] = entry
+    out["devices"] = dict(
+        collections.Counter(
+            r["run"].get("environment", {}).get("device", "unrecorded")
+            for by_seed in runs.values()
+            for r in by_seed.values()
+        )
+    )
     reference = out["runs"].get("ce", {}).get("final")
     out["reference"] = reference
     for entry in out["runs"].values():
@@ -202,6 +210,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def _devices(summaries) -> str:
+    """``NVIDIA H200 (33 runs)``: where the runs ran (their run.json's environment)."""
+    counts: collections.Counter = collections.Counter()
+    for summary in summaries:
+        counts.update(summary["devices"])
+    return ", ".join(f"{d} ({n} runs)" for d, n in sorted(counts.items()))
+
+
 def _setting(campaign: Campaign, task: str, meta: dict) -> str:
     p = campaign.params(task)
     counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
@@ -221,7 +237,8 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
     parts = [
         f"# {task.name.upper()}: every method over seeds ({done} of {planned} runs done)",
         f"Regenerate: {REGENERATE}.",
-        f"Setting: {_setting(campaign, task.name, summary['data'])}. Dev score x100 ({' and '.join(task.metrics)}"
+        f"Setting: {_setting(campaign, task.name, summary['data'])}; ran on "
+        f"{_devices([summary])}. Dev score x100 ({' and '.join(task.metrics)}"
         f"{', their mean' if len(task.metrics) > 1 else ''}), "
         "mean ± sample sd over the seeds present. Nothing was tuned per method: every run "
         "shares campaign/params.yaml and differs only by the overrides listed.",
@@ -381,9 +398,9 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         header += [f"{task} final", f"{task} avg exits"]
     parts = [
         "# Results on real GLUE",
-        f"The seeds campaign (campaign/params.yaml): {done} of {planned} runs done. "
-        f"MiniLM-L6 on CPU; dev scores x100 as mean ± sd over seeds. Regenerate: "
-        f"{REGENERATE}.",
+        f"The seeds campaign (campaign/params.yaml): {done} of {planned} runs done, "
+        f"MiniLM-L6, on {_devices(summaries.values())}; dev scores x100 as mean ± sd over "
+        f"seeds. Regenerate: {REGENERATE}.",
         "Per task, with per-exit scores, speed-up at quality budgets, gradient angles, plots "
         "and every run's params: " + ", ".join(f"[{t}]({t}/results.md)" for t in tasks) + ".",
         _table(header, rows),

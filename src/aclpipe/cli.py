@@ -439,6 +439,45 @@ def campaign_run(
     console.print(f"wrote {out}", highlight=False)
 
 
+@campaign_app.command("run-pending")
+@user_errors
+def campaign_run_pending(
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, help="Runs at a time (a GPU takes several).")
+    ] = 1,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="Comma-separated tasks (default: all).")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option("--seeds", help="Comma-separated seeds (default: all).")
+    ] = None,
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Every run without a folder yet, seed by seed, several at a time in separate processes.
+    Then `dvc commit campaign/dvc.yaml` records them, so `dvc repro` does not train them again."""
+    from aclpipe.campaign import load_campaign, run_pending
+
+    spec = load_campaign(campaign)
+    try:
+        seed_list = [int(s) for s in seeds.split(",")] if seeds else None
+    except ValueError:
+        raise UserError(
+            f"--seeds {seeds!r} is not a comma-separated list of whole numbers"
+        ) from None
+    task_list = tasks.split(",") if tasks else None
+    done, failed = run_pending(spec, workers, console, task_list, seed_list)
+    if failed:
+        raise UserError(
+            f"{len(failed)} of {len(done) + len(failed)} runs failed (first: {failed[0]}); "
+            f"see campaign/models/<task>/<run>-s<seed>.log, fix, and run again"
+        )
+    if done:
+        console.print(
+            f"{len(done)} runs written; record them with `dvc commit campaign/dvc.yaml`",
+            highlight=False,
+        )
+
+
 @campaign_app.command("report")
 @user_errors
 def campaign_report(

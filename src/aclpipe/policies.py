@@ -1,8 +1,8 @@
 """Exit policies: pure, per-sample decisions over the logits a sample has seen so far.
 
-``exits_now(policy, threshold, seen)`` says, for each sample of a batch, whether it leaves at
-the newest exit, looking only at that sample's logits at exits ``0..k`` (``seen [k+1, B, C]``).
-Nothing is stored on a model and nothing is decided per batch (METHODS.md, Exit policies):
+``leaves(policy, threshold, window, ...)`` says whether one sample leaves at its newest exit,
+looking only at that sample's logits at its exits so far. Nothing is stored on a model and
+nothing is decided per batch (METHODS.md, Exit policies):
 
 | policy | leaves at the first exit k where | threshold |
 | --- | --- | --- |
@@ -11,8 +11,8 @@ Nothing is stored on a model and nothing is decided per batch (METHODS.md, Exit 
 | confidence | ``max p_k >= delta`` | ``delta`` in ``[0, 1]`` |
 
 A sample that meets no criterion leaves at the last exit. The early-exit runtime and the
-offline sweep over all-exit logits both call ``leaves`` (through ``exits_now``), so they
-decide alike.
+offline sweep over all-exit logits (``exit_indices``) both call ``leaves``, so they decide
+alike.
 
 The decision is plain Python arithmetic on one sample's few logits. The runtime makes it
 after every exit, right after a transformer layer: there, each torch or NumPy call on a tiny
@@ -81,34 +81,6 @@ def leaves(
         return 1.0 / total >= threshold
     entropy = math.log(total) - sum(e * d for e, d in zip(exp, shifted)) / total
     return entropy < threshold
-
-
-def exits_now(
-    policy: str,
-    threshold: float,
-    seen: np.ndarray | torch.Tensor,
-    regression: bool = False,
-    eps: float = 0.1,
-) -> np.ndarray:
-    """Which samples leave at the newest exit.
-
-    Args:
-        policy: entropy | patience | confidence.
-        threshold: ``S``, ``t`` or ``delta`` (see the module table).
-        seen: logits at exits ``0..k`` of the samples still running, ``[k+1, B, C]``.
-        regression: STS-B-style single output; only ``patience`` applies (``abs(diff) < eps``).
-        eps: patience tolerance for regression outputs.
-
-    Returns:
-        ``[B]`` bool array: True where the sample leaves at exit ``k``. The caller makes the
-        last exit leave every sample that is left.
-    """
-    check_policy(policy, regression)
-    seen = seen.detach().cpu().numpy() if torch.is_tensor(seen) else np.asarray(seen)
-    by_sample = seen.transpose(1, 0, 2).tolist()  # [B][k+1][C]
-    return np.array(
-        [leaves(policy, threshold, window, regression, eps) for window in by_sample], dtype=bool
-    ).reshape(len(by_sample))
 
 
 def check_policy(policy: str, regression: bool) -> None:
