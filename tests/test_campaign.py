@@ -3,6 +3,7 @@ and the committed reports against the committed runs."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import statistics
@@ -11,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from aclpipe.campaign import load_campaign
 from aclpipe.campaign_report import mean_sd, summarise_task, verdict, write_reports
+from aclpipe.campaign_runner import _run_logged, parse_list, pending, run_pending
 from aclpipe.cli import app
 from aclpipe.errors import UserError
 
@@ -132,11 +135,30 @@ def test_summary_against_plain_references(hand_built: Path) -> None:
     assert summary["expected_runs"]["acl-cl"] == [1, 2]
 
 
+def test_every_mean_is_over_the_seeds_every_run_finished(tmp_path: Path, params_dict) -> None:
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "acl"], seeds=[1, 2, 3])
+    for seed, score in ((1, 0.80), (2, 0.84), (3, 0.60)):  # ce has seed 3, acl does not yet
+        fake_run(path.parent, "sst2", "ce", "ce", seed, [score], [])
+    for seed, score in ((1, 0.86), (2, 0.88)):
+        fake_run(path.parent, "sst2", "acl", "acl", seed, [score], [])
+    summary = summarise_task(load_campaign(path), "sst2")
+    assert summary["seeds"] == [1, 2] and summary["left_out"] == {"ce": [3]}
+    assert summary["runs"]["ce"]["final"]["mean"] == pytest.approx(0.82)  # seeds 1 and 2 only
+    assert summary["runs"]["ce"]["seeds"] == [1, 2]
+    assert summary["expected_runs"] == {"ce": [], "acl": [3]}
+    reports = tmp_path / "reports"
+    write_reports(load_campaign(path), reports)
+    text = (reports / "sst2" / "results.md").read_text()
+    assert "(5 of 6 runs done)" in text and "Not run yet: acl (seeds 3)" in text
+    assert "Finished but left out until every run has that seed: ce (seeds 3)" in text
+
+
 def test_reports_are_written_whole(hand_built: Path, tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     write_reports(load_campaign(hand_built), reports)
     text = (reports / "sst2" / "results.md").read_text()
     assert "| ce | ce |" in text and "Not run yet: acl-cl (seeds 1, 2)" in text
+    assert "No seed is finished by every run yet" in text  # acl-cl has none
     assert "82.0 ± 2.8" in text  # ce: mean 0.82, sd 0.0283, x100
     for name in ("results.json", "results_exits.png", "results_angles.png"):
         assert (reports / "sst2" / name).stat().st_size > 0
@@ -212,14 +234,24 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     assert (tmp_path / "campaign/models/sst2/joint-s2.log").read_text().strip()
     result = runner.invoke(app, ["campaign", "run-pending", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output
-    result = runner.invoke(app, ["campaign", "run-pending", "--seeds", "7", *flag])
+    for args, message in [
+        (["--seeds", "7"], "seed 7 is not in campaign.seeds"),
+        (["--seeds", "1,x"], "is not a comma-separated list of whole numbers"),
+        (["--tasks", "sst2,"], "has an empty item"),
+        (["--tasks", "qnli"], "task 'qnli' is not in campaign.tasks"),
+        (["--workers", "0"], "--workers 0: give at least 1"),
+    ]:
+        result = runner.invoke(app, ["campaign", "run-pending", *args, *flag])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    args = ["campaign", "run", "--task", "sst2", "--run", "ce", "--seed", "7", *flag]
+    result = runner.invoke(app, args)
     assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output
     run_dir = tmp_path / "campaign/runs/sst2/acl-nograd-s2"
     record = json.loads((run_dir / "run.json").read_text())
     assert record["method"] == "acl" and record["params"]["train"]["seed"] == 2
     assert record["params"]["methods"]["acl"]["acl_grad"] is False
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    assert record["environment"]["device"] == device
+    assert record["environment"]["device"] == "cpu"  # the tiny params set train.device cpu
     assert record["environment"]["torch"] == torch.__version__
     assert {p.name for p in run_dir.iterdir()} == {
         "metrics.json", "curves.json", "curves.csv", "history.json", "steps.jsonl", "run.json"
@@ -264,3 +296,21 @@ def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
             )
     overview = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert overview == (REPO / "reports" / "README.md").read_text(encoding="utf-8")
+
+
+def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"], seeds=[1, 2])
+    campaign = load_campaign(path)
+    assert parse_list(" sst2 ,sst2", "--tasks") == ["sst2"]  # stripped, repeats dropped
+    assert parse_list("2,1,2", "--seeds", int) == [2, 1]
+    assert parse_list(None, "--seeds", int) is None
+    fake_run(path.parent, "sst2", "ce", "ce", 1, [0.8], [])
+    assert pending(campaign) == [("sst2", "joint", 1), ("sst2", "ce", 2), ("sst2", "joint", 2)]
+    assert pending(campaign, seeds=[2]) == [("sst2", "ce", 2), ("sst2", "joint", 2)]
+    with pytest.raises(UserError, match="is not prepared: run `aclpipe campaign prepare"):
+        run_pending(campaign, 2, Console(file=io.StringIO()))
+    # a failing run leaves its traceback in its log (here: no prepared data)
+    with pytest.raises(UserError):
+        _run_logged(str(path), "sst2", "joint", 2, 1)
+    log = (path.parent / "models/sst2/joint-s2.log").read_text()
+    assert "Traceback" in log and "UserError" in log

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +89,11 @@ class Campaign:
                 for key, value in variant.knobs.items()
             ]
         if seed is not None:
+            if seed not in self.seeds:
+                raise UserError(
+                    f"seed {seed} is not in campaign.seeds of {self.path} "
+                    f"({', '.join(map(str, self.seeds))}): add it there"
+                )
             out.append(f"train.seed={seed}")
         return out
 
@@ -223,83 +227,3 @@ def environment(device: str) -> dict[str, str]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
     }
-
-
-# --- many runs at once (a GPU has room for several) -------------------------------------------
-
-
-def pending(
-    campaign: Campaign, tasks: list[str] | None = None, seeds: list[int] | None = None
-) -> list[tuple[str, str, int]]:
-    """``(task, run, seed)`` of every run without a folder, seed by seed (so the first seed of
-    every task finishes first), in the campaign's task and run order."""
-    for task in tasks or []:
-        campaign.overrides(task)  # a one-line error for a task outside the campaign
-    for seed in seeds or []:
-        if seed not in campaign.seeds:
-            raise UserError(
-                f"seed {seed} is not in campaign.seeds of {campaign.path} "
-                f"({', '.join(map(str, campaign.seeds))}): add it there"
-            )
-    return [
-        (task, run, seed)
-        for seed in seeds or campaign.seeds
-        for task in tasks or campaign.tasks
-        for run in campaign.runs
-        if not campaign.run_dir(task, run, seed).exists()
-    ]
-
-
-def run_pending(
-    campaign: Campaign,
-    workers: int,
-    console: Console,
-    tasks: list[str] | None = None,
-    seeds: list[int] | None = None,
-) -> tuple[list[Path], list[str]]:
-    """Run every pending run, ``workers`` at a time in separate processes (each run's log goes
-    to ``campaign/models/<task>/<run>-s<seed>.log``); returns the finished folders and a line
-    per failed run. The same ``run_one`` as one DVC stage, so a folder made here is what
-    ``dvc repro`` would make; ``dvc commit campaign/dvc.yaml`` then records it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    jobs = pending(campaign, tasks, seeds)
-    console.print(f"{len(jobs)} runs to do, {workers} at a time", highlight=False)
-    done: list[Path] = []
-    failed: list[str] = []
-    if not jobs:
-        return done, failed
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {
-            pool.submit(_run_logged, str(campaign.path), task, run, seed, threads): (
-                task,
-                run,
-                seed,
-            )
-            for task, run, seed in jobs
-        }
-        for future in as_completed(futures):
-            task, run, seed = futures[future]
-            name = f"{task} {run} seed {seed}"
-            try:
-                done.append(Path(future.result()))
-                console.print(f"done {name} ({len(done)}/{len(jobs)})", highlight=False)
-            except Exception as err:  # one failed run does not stop the others
-                failed.append(f"{name}: {type(err).__name__}: {err}")
-                console.print(f"failed {name}: {err}", highlight=False)
-    return done, failed
-
-
-def _run_logged(path: str, task: str, run: str, seed: int, threads: int) -> str:
-    """One run in a worker process, its console output in a log beside its scratch model."""
-    import torch
-
-    torch.set_num_threads(threads)
-    campaign = load_campaign(Path(path))
-    log = campaign.root / "models" / task / f"{run}-s{seed}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as f:
-        return str(run_one(campaign, task, run, seed, Console(file=f, width=120)))

@@ -2,7 +2,8 @@
 and ``reports/README.md`` across tasks. Every figure comes from the committed run folders
 (``summarise_task``); nothing here runs a model.
 
-Statistics: scores x100 as mean and sample standard deviation (n - 1) over the seeds present.
+Statistics: scores x100 as mean and sample standard deviation (n - 1) over the seeds that
+every run of the task has finished (all seeds present while none is complete).
 Two runs differ only when their means differ by more than the larger of their standard
 deviations; otherwise they tie (the issue's rule); below two seeds each nothing is compared.
 """
@@ -79,11 +80,39 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
     from aclpipe.angles import read_angles
     from aclpipe.tradeoff import best_within, method_points
 
-    runs = load_runs(campaign.root, task)
+    found = load_runs(campaign.root, task)
+    runs = {  # folders of runs or seeds no longer in the campaign are not its results
+        run: {s: found[run][s] for s in campaign.seeds if s in found[run]}
+        for run in campaign.runs
+        if run in found
+    }
     out: dict[str, Any] = {"task": task, "data": None, "runs": {}, "expected_runs": {}}
     for run in campaign.runs:
+        out["expected_runs"][run] = [s for s in campaign.seeds if s not in runs.get(run, {})]
+    out["finished"] = sum(len(by_seed) for by_seed in runs.values())
+    # Every mean is over the same seeds: those that every run has finished (a seed gives every
+    # run the same data order and initial heads). Until one seed is complete, each run's
+    # figures are over the seeds it has (``complete`` false; the report says so).
+    complete = [s for s in campaign.seeds if all(s in runs.get(r, {}) for r in campaign.runs)]
+    out["complete"] = bool(complete)
+    out["seeds"] = complete or sorted({s for by_seed in runs.values() for s in by_seed})
+    out["left_out"] = {
+        run: sorted(s for s in by_seed if s not in out["seeds"]) for run, by_seed in runs.items()
+    }
+    out["left_out"] = {run: seeds for run, seeds in out["left_out"].items() if seeds}
+    out["devices"] = dict(
+        collections.Counter(
+            r["run"].get("environment", {}).get("device", "unrecorded")
+            for by_seed in runs.values()
+            for r in by_seed.values()
+        )
+    )
+    runs = {
+        run: {s: r for s, r in by_seed.items() if s in out["seeds"]}
+        for run, by_seed in runs.items()
+    }
+    for run in campaign.runs:
         by_seed = runs.get(run, {})
-        out["expected_runs"][run] = [s for s in campaign.seeds if s not in by_seed]
         if not by_seed:
             continue
         seeds = sorted(by_seed)
@@ -126,13 +155,6 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
             }
         entry["_points"] = [method_points(by_seed[s]) for s in seeds]
         out["runs"][run] = entry
-    out["devices"] = dict(
-        collections.Counter(
-            r["run"].get("environment", {}).get("device", "unrecorded")
-            for by_seed in runs.values()
-            for r in by_seed.values()
-        )
-    )
     reference = out["runs"].get("ce", {}).get("final")
     out["reference"] = reference
     for entry in out["runs"].values():
@@ -210,6 +232,30 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def _by_run(seeds_of: dict[str, list[int]]) -> str:
+    return "; ".join(f"{r} (seeds {', '.join(map(str, s))})" for r, s in seeds_of.items() if s)
+
+
+def _seed_notes(summary: dict) -> list[str]:
+    """Which runs are missing, and which seeds the figures are over."""
+    notes = []
+    if any(summary["expected_runs"].values()):
+        notes.append(f"Not run yet: {_by_run(summary['expected_runs'])}.")
+    seeds = ", ".join(map(str, summary["seeds"]))
+    if not summary["complete"] and summary["runs"]:
+        notes.append(
+            "No seed is finished by every run yet, so each run's figures are over the seeds "
+            "it has (the seeds column), and runs with different seeds are not yet comparable."
+        )
+    elif summary["left_out"]:
+        notes.append(
+            f"Every figure is over seed(s) {seeds}: those that every run has finished, so "
+            "that all means are over the same seeds. Finished but left out until every run "
+            f"has that seed: {_by_run(summary['left_out'])}."
+        )
+    return notes
+
+
 def _devices(summaries) -> str:
     """``NVIDIA H200 (33 runs)``: where the runs ran (their run.json's environment)."""
     counts: collections.Counter = collections.Counter()
@@ -225,14 +271,14 @@ def _setting(campaign: Campaign, task: str, meta: dict) -> str:
     return (
         f"{p.model.name}, {counts} examples{subsample}, max_length {p.data.max_length}, "
         f"{p.train.epochs} epoch(s), batch {p.train.batch_size}, lr {p.train.lr:g} "
-        f"(heads {p.train.head_lr:g}); seeds {campaign.seeds}"
+        f"(heads {p.train.head_lr:g}); seeds {', '.join(map(str, campaign.seeds))} planned"
     )
 
 
 def task_markdown(campaign: Campaign, summary: dict) -> str:
     task = get_task(summary["task"])
     runs = summary["runs"]
-    done = sum(len(r["seeds"]) for r in runs.values())
+    done = summary["finished"]
     planned = len(campaign.runs) * len(campaign.seeds)
     parts = [
         f"# {task.name.upper()}: every method over seeds ({done} of {planned} runs done)",
@@ -240,16 +286,10 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         f"Setting: {_setting(campaign, task.name, summary['data'])}; ran on "
         f"{_devices([summary])}. Dev score x100 ({' and '.join(task.metrics)}"
         f"{', their mean' if len(task.metrics) > 1 else ''}), "
-        "mean ± sample sd over the seeds present. Nothing was tuned per method: every run "
+        "mean ± sample sd over the seeds. Nothing was tuned per method: every run "
         "shares campaign/params.yaml and differs only by the overrides listed.",
     ]
-    missing = {r: s for r, s in summary["expected_runs"].items() if s}
-    if missing:
-        parts.append(
-            "Not run yet: "
-            + "; ".join(f"{r} (seeds {', '.join(map(str, s))})" for r, s in missing.items())
-            + "."
-        )
+    parts += _seed_notes(summary)
     rows = [
         [run, e["method"], ", ".join(e["overrides"]) or "-", str(len(e["seeds"])),
          score(e["final"]), score(e["average_over_exits"]) if len(e["exits"]) > 1 else "-"]
@@ -299,7 +339,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         parts += [
             "## Gradient angles",
             "Angle between the CE gradient and the auxiliary gradient at every training step "
-            "(all seeds pooled for the mean angle; shares as mean ± sd over seeds). "
+            "(the seeds used pooled for the mean angle; shares as mean ± sd over seeds). "
             "`altered` is the share of steps the gradient rule dropped (ACL-Grad) or "
             "projected (GR). Histograms: results_angles.png.",
             _table(
@@ -376,13 +416,14 @@ def draw_angle_histograms(summary: dict, path: Path) -> None:
         ax.set_xlim(0, 180)
         ax.set_title(f"{run}: {100 * a['share_over_90']['mean']:.0f}% > 90°", fontsize=9)
         ax.set_xlabel("angle (degrees)", fontsize=8)
-    fig.suptitle(f"{summary['task']}: CE against auxiliary gradient, all seeds")
+    seeds = ", ".join(map(str, summary["seeds"]))
+    fig.suptitle(f"{summary['task']}: CE against auxiliary gradient, seeds {seeds}")
     _save(fig, path)
 
 
 def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
     tasks = list(summaries)
-    done = sum(len(e["seeds"]) for s in summaries.values() for e in s["runs"].values())
+    done = sum(s["finished"] for s in summaries.values())
     planned = len(campaign.runs) * len(campaign.seeds) * len(campaign.tasks)
     rows = []
     for run in campaign.runs:
@@ -406,9 +447,14 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         _table(header, rows),
     ]
     for task in tasks:
+        summary = summaries[task]
+        used = sum(len(e["seeds"]) for e in summary["runs"].values())
         parts += [
             f"## {task}: what the results say",
-            questions_markdown(summaries[task]["questions"]),
+            f"Over seed(s) {', '.join(map(str, summary['seeds']))} "
+            f"({used} of the task's {summary['finished']} finished runs; "
+            f"[{task}/results.md]({task}/results.md) says why any are left out).",
+            questions_markdown(summary["questions"]),
         ]
     parts.append(
         "The default pipeline's single-seed quick runs (`dvc repro`) are reported beside "

@@ -443,7 +443,7 @@ def campaign_run(
 @user_errors
 def campaign_run_pending(
     workers: Annotated[
-        int, typer.Option("--workers", "-w", min=1, help="Runs at a time (a GPU takes several).")
+        int, typer.Option("--workers", "-w", help="Runs at a time (a GPU takes several).")
     ] = 1,
     tasks: Annotated[
         str | None, typer.Option("--tasks", help="Comma-separated tasks (default: all).")
@@ -455,16 +455,12 @@ def campaign_run_pending(
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then `dvc commit campaign/dvc.yaml` records them, so `dvc repro` does not train them again."""
-    from aclpipe.campaign import load_campaign, run_pending
+    from aclpipe.campaign import load_campaign
+    from aclpipe.campaign_runner import parse_list, run_pending
 
     spec = load_campaign(campaign)
-    try:
-        seed_list = [int(s) for s in seeds.split(",")] if seeds else None
-    except ValueError:
-        raise UserError(
-            f"--seeds {seeds!r} is not a comma-separated list of whole numbers"
-        ) from None
-    task_list = tasks.split(",") if tasks else None
+    task_list = parse_list(tasks, "--tasks")
+    seed_list = parse_list(seeds, "--seeds", int)
     done, failed = run_pending(spec, workers, console, task_list, seed_list)
     if failed:
         raise UserError(

@@ -1,0 +1,127 @@
+"""Many campaign runs at once: ``aclpipe campaign run-pending --workers N``.
+
+DVC runs the campaign's stages one after another, which suits a CPU. A GPU has room for
+several runs side by side: this module runs every run that has no folder yet in worker
+processes, each with :func:`aclpipe.campaign.run_one` (what one DVC stage runs), so a folder
+made here is the one ``dvc repro`` would make; ``dvc commit campaign/dvc.yaml`` then records
+it. It lives apart from ``aclpipe.campaign`` because the run stages depend on that file: the
+scheduling is not what decides a run's weights, and editing it must not make DVC retrain.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from aclpipe.campaign import Campaign, load_campaign, run_one
+from aclpipe.errors import UserError
+
+
+def parse_list(text: str | None, option: str, kind: type = str) -> list | None:
+    """``"a, b,a"`` -> ``["a", "b"]`` (stripped, repeats dropped); ``None`` -> ``None``."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UserError(f"{option} {text!r} has an empty item: give a comma-separated list")
+    try:
+        values = [kind(item) for item in items]
+    except ValueError:
+        raise UserError(
+            f"{option} {text!r} is not a comma-separated list of whole numbers"
+        ) from None
+    return list(dict.fromkeys(values))
+
+
+def pending(
+    campaign: Campaign, tasks: list[str] | None = None, seeds: list[int] | None = None
+) -> list[tuple[str, str, int]]:
+    """``(task, run, seed)`` of every run without a folder, seed by seed (so the first seed of
+    every task finishes first), in the campaign's task and run order."""
+    for task in tasks or []:
+        campaign.overrides(task)  # a one-line error for a task outside the campaign
+    for seed in seeds or []:
+        campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
+    return [
+        (task, run, seed)
+        for seed in seeds or campaign.seeds
+        for task in tasks or campaign.tasks
+        for run in campaign.runs
+        if not campaign.run_dir(task, run, seed).exists()
+    ]
+
+
+def run_pending(
+    campaign: Campaign,
+    workers: int,
+    console: Console,
+    tasks: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> tuple[list[Path], list[str]]:
+    """Run every pending run, ``workers`` at a time in separate processes; returns the
+    finished folders and one line per failed run (its traceback is in its log,
+    ``campaign/models/<task>/<run>-s<seed>.log``). Ctrl-C cancels the runs not yet started."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    if workers < 1:
+        raise UserError(f"--workers {workers}: give at least 1")
+    jobs = pending(campaign, tasks, seeds)
+    for task in dict.fromkeys(task for task, _, _ in jobs):
+        if not (campaign.root / "data" / task / "meta.json").exists():
+            raise UserError(
+                f"{campaign.root / 'data' / task} is not prepared: run "
+                f"`aclpipe campaign prepare --task {task}` (or `dvc repro campaign/dvc.yaml`) first"
+            )
+    console.print(f"{len(jobs)} runs to do, {workers} at a time", highlight=False)
+    done: list[Path] = []
+    failed: list[str] = []
+    if not jobs:
+        return done, failed
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        futures = {
+            pool.submit(_run_logged, str(campaign.path), task, run, seed, threads): (
+                task,
+                run,
+                seed,
+            )
+            for task, run, seed in jobs
+        }
+        for future in as_completed(futures):
+            task, run, seed = futures[future]
+            name = f"{task} {run} seed {seed}"
+            try:
+                done.append(Path(future.result()))
+                console.print(f"done {name} ({len(done)}/{len(jobs)})", highlight=False)
+            except Exception as err:  # one failed run does not stop the others
+                first_line = (str(err).splitlines() or [""])[0]
+                failed.append(f"{name}: {type(err).__name__}: {first_line}")
+                console.print(f"failed {failed[-1]}", highlight=False)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)  # the queued runs never start
+        raise
+    pool.shutdown()
+    return done, failed
+
+
+def _run_logged(path: str, task: str, run: str, seed: int, threads: int) -> str:
+    """One run in a worker process; its console output, and its traceback if it fails, go
+    to a log beside its scratch model."""
+    import torch
+
+    torch.set_num_threads(threads)
+    campaign = load_campaign(Path(path))
+    log = campaign.root / "models" / task / f"{run}-s{seed}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as f:
+        try:
+            return str(run_one(campaign, task, run, seed, Console(file=f, width=120)))
+        except Exception:
+            f.write(traceback.format_exc())
+            raise
