@@ -14,7 +14,7 @@ gradient rule itself costs. "ce, two backward passes" takes the CE gradient twic
 (``autograd.grad`` with a retained graph, then the sum), the floor of any rule that needs two
 gradients on this machine.
 
-    python benchmarks/method_step_time.py [--steps 3] [--repeats 5]
+    python benchmarks/method_step_time.py [--steps 3] [--repeats 5] [--threads 1]
 """
 
 from __future__ import annotations
@@ -132,9 +132,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="PyTorch intra-op threads (0 = torch's default). One by default, as the other "
+        "benchmarks: two threads on two shared cores make the ratios swing by 0.1 or more.",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/method_step_time.json")
     )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     params = params_from_dict({})
     batches = make_batches(args.steps, args.batch_size, args.length)
     runners = {v: Runner(m, knobs, params) for v, (m, knobs, _) in VARIANTS.items()}
@@ -168,7 +177,8 @@ def main() -> None:
         print(f"{variant:24} {median:8.3f} {ratio:6.2f} {shown:>7}  {verdict}")
     record = {
         "command": "python benchmarks/method_step_time.py "
-        f"--steps {args.steps} --repeats {args.repeats}",
+        f"--steps {args.steps} --repeats {args.repeats} --threads {args.threads}",
+        "threads": torch.get_num_threads(),
         "date": date.today().isoformat(),
         "batch": [args.batch_size, args.length],
         "torch": torch.__version__,
