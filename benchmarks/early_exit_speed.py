@@ -52,6 +52,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from threads import add_threads_option, apply_threads  # noqa: E402
 
 from aclpipe.data import collate, load_meta, load_split  # noqa: E402
 from aclpipe.model import MultiExitModel, load_multi_exit  # noqa: E402
@@ -453,20 +454,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--onnx-dir", type=Path, default=None, help="default <model>/export")
     parser.add_argument("--skip-onnx", action="store_true")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="PyTorch intra-op threads (0 = torch's default). One by default: on a small shared "
-        "machine a second thread waits on its busy sibling at every op, which swamps small ops",
-    )
+    add_threads_option(parser)
     parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/early_exit_speed.json")
     )
     args = parser.parse_args()
     started = time.perf_counter()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
 
     task = get_task(load_meta(args.data)["task"])
     if task.is_regression:

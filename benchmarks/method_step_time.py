@@ -33,6 +33,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from threads import add_threads_option, apply_threads  # noqa: E402
+
 from aclpipe.backbone import load_encoder, load_tokenizer, resolve_model  # noqa: E402
 from aclpipe.config import DEFAULT_MODEL, Params, params_from_dict  # noqa: E402
 from aclpipe.glue_sources import read_local  # noqa: E402
@@ -131,19 +133,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=64)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="PyTorch intra-op threads (0 = torch's default). One by default, as the other "
-        "benchmarks: two threads on two shared cores make the ratios swing by 0.1 or more.",
-    )
+    add_threads_option(parser)
     parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/method_step_time.json")
     )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     params = params_from_dict({})
     batches = make_batches(args.steps, args.batch_size, args.length)
     runners = {v: Runner(m, knobs, params) for v, (m, knobs, _) in VARIANTS.items()}

@@ -77,6 +77,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from rich.console import Console  # noqa: E402
+from threads import add_threads_option, apply_threads  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -414,12 +415,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
     parser.add_argument("--max-length", type=int, default=128, help="truncation / fixed padding")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads for all three (0: torch's default)",
-    )
+    add_threads_option(parser)  # for all three
     parser.add_argument(
         "--eval-samples",
         type=int,
@@ -438,8 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     params = benchmark_params(args)
     warm = warmup_params(params)
     work = Path(tempfile.mkdtemp(prefix="aclpipe-bench-"))
