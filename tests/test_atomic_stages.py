@@ -20,20 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import invoke, ok, tree
 
-from aclpipe.cli import app
 from aclpipe.tradeoff import NAMES
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def ok(*args: str) -> str:
-    result = invoke(*args)
-    assert result.exit_code == 0, f"{args}: {result.output}"
-    return result.output
 
 
 def killed(status: int) -> bool:
@@ -79,16 +68,6 @@ def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(export, "export_exit", export_exit)
     monkeypatch.setattr(export, "onnx_max_diff", lambda *args: 0.0)
     monkeypatch.setattr(export, "graph_opset", lambda path: 18)
-
-
-def tree(root: Path) -> dict[str, str | None]:
-    """Every path under ``root``: the SHA-256 of a file, None for a folder."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        if p.is_file()
-        else None
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def files_under(root: Path, outputs: tuple[str, ...]) -> dict[str, str | None]:

@@ -8,7 +8,6 @@ docs/bad_inputs.md shows each case as the user sees it, with the fix.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -20,9 +19,7 @@ from typing import NamedTuple
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
-
-from aclpipe.cli import app
+from cli_helpers import invoke, tree
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
 Arrange = Callable[[Path], list[str]]  # makes the bad input in the project; returns the command
@@ -33,10 +30,6 @@ class Case(NamedTuple):
     problem: str  # what is wrong, in the words of docs/bad_inputs.md
     pattern: str  # a regular expression the one error line must match (after "error: ")
     arrange: Arrange
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
 
 # How each case makes its bad input ----------------------------------------------------------
@@ -291,16 +284,6 @@ CASES: list[Case] = [
 _MARKS = {
     "device-cuda-without-gpu": _NOT_FOUND,
 }
-
-
-def tree(root: Path) -> dict[str, str | None]:
-    """Every path under ``root``: the SHA-256 of a file, None for a folder."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        if p.is_file()
-        else None
-        for p in sorted(root.rglob("*"))
-    }
 
 
 @pytest.fixture(scope="module")

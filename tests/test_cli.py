@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from typer.testing import CliRunner
+from cli_helpers import invoke
 
 from aclpipe.cli import app
 
@@ -24,10 +24,6 @@ STAGES = ("prepare", "finetune", "evaluate")
 
 def write_params(folder: Path, raw: dict) -> None:
     (folder / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
 
 def ok(*args: str):

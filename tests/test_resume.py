@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_helpers import invoke, ok
 from safetensors.torch import load_file
-from typer.testing import CliRunner
 
 from aclpipe import checkpoint as ckpt
 from aclpipe.checkpoint import Position, load_checkpoint, save_checkpoint
@@ -42,16 +42,6 @@ FINETUNE = ("finetune", "--task", "sst2", "--method", "joint")
 SAVE_EVERY_STEP = ("--set", "train.save_every=1")
 CHECKPOINT = Path("models/sst2/.joint.checkpoint")
 START_TIMEOUT_S = 180  # a fresh interpreter imports torch and transformers on a busy machine
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def ok(*args: str) -> str:
-    result = invoke(*args)
-    assert result.exit_code == 0, f"{args}: {result.output}"
-    return result.output
 
 
 def sigkill_self() -> None:
