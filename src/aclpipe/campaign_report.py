@@ -71,14 +71,11 @@ def load_runs(root: Path, task: str) -> dict[str, dict[int, dict]]:
     return found
 
 
-def _primary(metrics: dict) -> dict:
-    return next(iter(metrics["splits"].values()))
-
-
 def summarise_task(campaign: Campaign, task: str) -> dict:
     """Every figure of a task's report, from the run folders (no forward passes)."""
     from aclpipe.angles import read_angles
-    from aclpipe.tradeoff import best_within, method_points
+    from aclpipe.angles import summarise as summarise_angles
+    from aclpipe.tradeoff import best_within, exit_score_table, method_points
 
     found = load_runs(campaign.root, task)
     runs = {  # folders of runs or seeds no longer in the campaign are not its results
@@ -119,7 +116,7 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
         out["data"] = out["data"] or by_seed[seeds[0]]["run"]["data"]  # one subsample for all
         metrics = [by_seed[s]["metrics"] for s in seeds]
         exits = metrics[0]["exits"]
-        per_exit = [[e["score"] for e in _primary(m)["per_exit"]] for m in metrics]
+        per_exit = [list(exit_score_table(by_seed[s]).values()) for s in seeds]
         entry = {
             "method": by_seed[seeds[0]]["run"]["method"],
             # the variant's own knobs; the task settings are the same for every run
@@ -146,10 +143,11 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
         angles = [read_angles(by_seed[s]["steps"]) for s in seeds]
         if any(a for a, _ in angles):
             pooled = [a for seed_angles, _ in angles for a in seed_angles]
+            per_seed = [summarise_angles(a, f) for a, f in angles if a]
             entry["angles"] = {
                 "steps": len(pooled),
-                "share_over_90": mean_sd([sum(x > 90 for x in a) / len(a) for a, _ in angles if a]),
-                "altered_rate": mean_sd([sum(f) / len(f) for a, f in angles if a]),
+                "share_over_90": mean_sd([x["share_over_90"] for x in per_seed]),
+                "altered_rate": mean_sd([x["altered_rate"] for x in per_seed]),
                 "mean_angle": statistics.fmean(pooled),
                 "histogram": _histogram(pooled),
             }
