@@ -230,6 +230,10 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     result = runner.invoke(app, ["campaign", "run-pending", "--workers", "2", *flag])
     assert result.exit_code == 0, result.output  # seed 2 in two worker processes
     assert "3 runs to do, 2 at a time" in result.output and "3 runs written" in result.output
+    commit = "dvc commit -f " + " ".join(
+        f"campaign/dvc.yaml:run@2-sst2-{run}" for run in ("acl-nograd", "ce", "joint")
+    )
+    assert commit in " ".join(result.output.split())  # the stages to record, whatever the wrap
     assert {p: p.stat().st_mtime_ns for p in seed_1} == seed_1  # finished runs are not redone
     assert (tmp_path / "campaign/models/sst2/joint-s2.log").read_text().strip()
     result = runner.invoke(app, ["campaign", "run-pending", *flag])

@@ -3,8 +3,8 @@
 DVC runs the campaign's stages one after another, which suits a CPU. A GPU has room for
 several runs side by side: this module runs every run that has no folder yet in worker
 processes, each with :func:`aclpipe.campaign.run_one` (what one DVC stage runs), so a folder
-made here is the one ``dvc repro`` would make; ``dvc commit campaign/dvc.yaml`` then records
-it. It lives apart from ``aclpipe.campaign`` because the run stages depend on that file: the
+made here is the one ``dvc repro`` would make; ``dvc commit -f`` on its stage (the command
+:func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``aclpipe.campaign`` because the run stages depend on that file: the
 scheduling is not what decides a run's weights, and editing it must not make DVC retrain.
 """
 
@@ -108,6 +108,16 @@ def run_pending(
         raise
     pool.shutdown()
     return done, failed
+
+
+def commit_command(campaign: Campaign, folders: list[Path]) -> str:
+    """The ``dvc commit`` that records these run folders in the campaign's dvc.lock. It names
+    each stage: ``dvc commit`` on the whole dvc.yaml fails while any run has no folder yet."""
+    stages = []
+    for folder in folders:
+        run, seed = folder.name.rsplit("-s", 1)
+        stages.append(f"{campaign.root / 'dvc.yaml'}:run@{seed}-{folder.parent.name}-{run}")
+    return "dvc commit -f " + " ".join(sorted(stages))
 
 
 def _run_logged(path: str, task: str, run: str, seed: int, threads: int) -> str:

@@ -454,9 +454,10 @@ def campaign_run_pending(
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
-    Then `dvc commit campaign/dvc.yaml` records them, so `dvc repro` does not train them again."""
+    Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
+    again."""
     from aclpipe.campaign import load_campaign
-    from aclpipe.campaign_runner import parse_list, run_pending
+    from aclpipe.campaign_runner import commit_command, parse_list, run_pending
 
     spec = load_campaign(campaign)
     task_list = parse_list(tasks, "--tasks")
@@ -469,7 +470,8 @@ def campaign_run_pending(
         )
     if done:
         console.print(
-            f"{len(done)} runs written; record them with `dvc commit campaign/dvc.yaml`",
+            f"{len(done)} runs written; record them in DVC's lock with: "
+            f"{commit_command(spec, done)}",
             highlight=False,
         )
 
