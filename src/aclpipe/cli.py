@@ -69,6 +69,11 @@ def main(
     _state["debug"] = debug
 
 
+def _counts(meta: dict) -> str:
+    """``train 48, dev 16``: examples per split of a prepared task's meta.json."""
+    return ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
+
+
 def user_errors(fn):
     """Print a UserError as one line and exit 2; any other error as one line and exit 1."""
 
@@ -156,8 +161,7 @@ def prepare(
             resolve_glue_dir(p.data, glue_dir),
             p.model.trust_remote_code,
         )
-        counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
-        console.print(f"prepared {t.name} from {meta['source']}: {counts}", highlight=False)
+        console.print(f"prepared {t.name} from {meta['source']}: {_counts(meta)}", highlight=False)
 
 
 @app.command()
@@ -418,8 +422,7 @@ def campaign_prepare(
 
     spec = load_campaign(campaign)
     meta = prepare_task(spec, task, console)
-    counts = ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
-    console.print(f"prepared {task} from {meta['source']}: {counts}", highlight=False)
+    console.print(f"prepared {task} from {meta['source']}: {_counts(meta)}", highlight=False)
 
 
 @campaign_app.command("run")
@@ -463,16 +466,16 @@ def campaign_run_pending(
     task_list = parse_list(tasks, "--tasks")
     seed_list = parse_list(seeds, "--seeds", int)
     done, failed = run_pending(spec, workers, console, task_list, seed_list)
-    if failed:
-        raise UserError(
-            f"{len(failed)} of {len(done) + len(failed)} runs failed (first: {failed[0]}); "
-            f"see campaign/models/<task>/<run>-s<seed>.log, fix, and run again"
-        )
-    if done:
+    if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
             f"{len(done)} runs written; record them in DVC's lock with: "
             f"{commit_command(spec, done)}",
             highlight=False,
+        )
+    if failed:
+        raise UserError(
+            f"{len(failed)} of {len(done) + len(failed)} runs failed (first: {failed[0]}); "
+            f"see campaign/models/<task>/<run>-s<seed>.log, fix, and run again"
         )
 
 
@@ -497,8 +500,9 @@ def campaign_report(
             "(or `aclpipe campaign run ...`) first"
         )
     for task, summary in summaries.items():
-        done = sum(len(e["seeds"]) for e in summary["runs"].values())
-        console.print(f"wrote {reports / task / 'results.md'} ({done} runs)", highlight=False)
+        console.print(
+            f"wrote {reports / task / 'results.md'} ({summary['finished']} runs)", highlight=False
+        )
     console.print(f"wrote {reports / 'README.md'}", highlight=False)
 
 
