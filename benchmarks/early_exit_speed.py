@@ -54,12 +54,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from threads import add_threads_option, apply_threads  # noqa: E402
 
-from aclpipe.data import collate, load_meta, load_split  # noqa: E402
-from aclpipe.model import MultiExitModel, load_multi_exit  # noqa: E402
-from aclpipe.policies import exit_indices  # noqa: E402
-from aclpipe.runtime import EarlyExitRuntime, full_forward  # noqa: E402
-from aclpipe.scoring import all_exit_logits  # noqa: E402
-from aclpipe.tasks import get_task  # noqa: E402
+from aclpipe.data.prepared import load_meta, load_split  # noqa: E402
+from aclpipe.data.tasks import get_task  # noqa: E402
+from aclpipe.early_exit.policies import exit_indices  # noqa: E402
+from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward  # noqa: E402
+from aclpipe.evaluation.scoring import all_exit_logits  # noqa: E402
+from aclpipe.modeling.batching import collate  # noqa: E402
+from aclpipe.modeling.model import MultiExitModel, load_multi_exit  # noqa: E402
 
 POLICIES = ("entropy", "confidence", "patience")
 TARGET_SPEEDUPS = (1.5, 2.2, 3.2)  # light, medium, heavy exiting (layer speed-up)
@@ -239,7 +240,7 @@ def onnx_paths(args, model: MultiExitModel, rows: list[dict], pad_id: int, tmp: 
     found = {k: folder / f"exit_{k}.onnx" for k in model.spec.exits}
     if all(p.exists() for p in found.values()):
         return found, f"graphs from {folder}"
-    from aclpipe.export import ExitGraph, export_exit, parity_batches
+    from aclpipe.early_exit.export import ExitGraph, export_exit, parity_batches
 
     names = input_names(model, rows)
     example = parity_batches(rows, pad_id, names)[0]  # several rows: no axis fixed to 1
@@ -267,7 +268,7 @@ def onnx_section(model, paths: dict[int, Path], rows: list[dict], pad_id: int, r
     default threads, onnxruntime with PyTorch's thread count, and PyTorch's ``ExitGraph``."""
     import onnxruntime as ort
 
-    from aclpipe.export import ExitGraph
+    from aclpipe.early_exit.export import ExitGraph
 
     def session(path: Path, threads: int | None):
         options = ort.SessionOptions()

@@ -35,13 +35,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from threads import add_threads_option, apply_threads  # noqa: E402
 
-from aclpipe.backbone import load_encoder, load_tokenizer, resolve_model  # noqa: E402
 from aclpipe.config import DEFAULT_MODEL, Params, params_from_dict  # noqa: E402
-from aclpipe.glue_sources import read_local  # noqa: E402
-from aclpipe.methods import LossInputs, build_method  # noqa: E402
-from aclpipe.model import MultiExitModel  # noqa: E402
-from aclpipe.tasks import get_task  # noqa: E402
-from aclpipe.train import backward, build_optimizer, make_spec  # noqa: E402
+from aclpipe.data.glue_sources import read_local  # noqa: E402
+from aclpipe.data.tasks import get_task  # noqa: E402
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer, resolve_model  # noqa: E402
+from aclpipe.modeling.model import MultiExitModel  # noqa: E402
+from aclpipe.training.loop import backward, build_optimizer, make_spec  # noqa: E402
+from aclpipe.training.methods import LossInputs, build_method  # noqa: E402
 
 VARIANTS = {  # name: (method, knob overrides, target ratio)
     "ce": ("ce", {}, 1.0),

@@ -3,7 +3,7 @@
 Same model (MiniLM-L6, resolved offline), same data (a fixed, deterministic subset of real
 SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Three contenders:
 
-- ``ours``: ``aclpipe.train.finetune`` itself, method ``ce``, on a data folder written by
+- ``ours``: ``aclpipe.training.loop.finetune`` itself, method ``ce``, on a data folder written by
   ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest).
 - ``trainer-fixed``: ``transformers.Trainer`` with every example padded to 128 tokens by the
   tokenizer (``padding="max_length"``), the early-exit papers' run_glue default.
@@ -25,7 +25,7 @@ loading the weights to a trained model: ``finetune()`` for ours, which also eval
 nothing.
 
 All three train on the same batches in the same order: the Trainer gets the examples in the
-order our loop's seeded shuffle (``aclpipe.train.epoch_order``) takes them, and reads them
+order our loop's seeded shuffle (``aclpipe.training.loop.epoch_order``) takes them, and reads them
 sequentially. With dynamic padding a batch costs in proportion to its longest example, so two
 different shuffles of ten batches differ by a few percent in padded tokens; with one seed
 for every round that luck would not average out, and at a 1.0x target it decides the
@@ -89,13 +89,14 @@ from transformers import (  # noqa: E402
 )
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-import aclpipe.train as train_loop  # noqa: E402
+import aclpipe.training.loop as train_loop  # noqa: E402
 from aclpipe import atomic  # noqa: E402
-from aclpipe.backbone import load_tokenizer, resolve_model  # noqa: E402
 from aclpipe.config import DEFAULT_MODEL, Params, params_from_dict  # noqa: E402
-from aclpipe.data import load_split, prepare, subsample  # noqa: E402
-from aclpipe.glue_sources import read_local  # noqa: E402
-from aclpipe.tasks import get_task  # noqa: E402
+from aclpipe.data.glue_sources import read_local  # noqa: E402
+from aclpipe.data.prepare import prepare  # noqa: E402
+from aclpipe.data.prepared import load_split, subsample  # noqa: E402
+from aclpipe.data.tasks import get_task  # noqa: E402
+from aclpipe.modeling.backbone import load_tokenizer, resolve_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONTENDERS = ("ours", "trainer-fixed", "trainer-dynamic")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aclpipe.angles import read_angles, summarise
 from aclpipe.cli import app
+from aclpipe.study.angles import read_angles, summarise
 
 
 def test_read_angles_skips_steps_without_two_gradients(tmp_path: Path) -> None:

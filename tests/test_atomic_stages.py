@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke, ok, tree
 
-from aclpipe.tradeoff import NAMES
+from aclpipe.study.tradeoff import NAMES
 
 
 def killed(status: int) -> bool:
@@ -60,7 +60,7 @@ def die_while_writing(name: str) -> None:
 
 def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stand-ins for the ONNX exporter, onnxruntime's parity run and the opset reader."""
-    import aclpipe.export as export
+    import aclpipe.early_exit.export as export
 
     def export_exit(graph, example, path, opset, layer, model_type) -> None:
         path.write_bytes(f"stub graph of exit {layer}, {time.time_ns()}".encode())

@@ -15,11 +15,11 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from aclpipe.campaign import load_campaign
-from aclpipe.campaign_report import mean_sd, summarise_task, verdict, write_reports
-from aclpipe.campaign_runner import _run_logged, parse_list, pending, run_pending
 from aclpipe.cli import app
 from aclpipe.errors import UserError
+from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_report import mean_sd, summarise_task, verdict, write_reports
+from aclpipe.study.campaign_runner import _run_logged, parse_list, pending, run_pending
 
 REPO = Path(__file__).resolve().parents[1]
 

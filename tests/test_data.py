@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from aclpipe.atomic import atomic_dir, write_text
-from aclpipe.backbone import load_tokenizer
 from aclpipe.config import DataConfig
-from aclpipe.data import collate, load_meta, load_split, prepare, subsample, tokenize
+from aclpipe.data.glue_sources import Example
+from aclpipe.data.prepare import prepare, tokenize
+from aclpipe.data.prepared import load_meta, load_split, subsample
+from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
-from aclpipe.glue_sources import Example
-from aclpipe.tasks import TASKS
+from aclpipe.modeling.backbone import load_tokenizer
+from aclpipe.modeling.batching import collate
 
 
 @pytest.fixture(scope="module")

@@ -13,21 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from aclpipe.backbone import load_encoder, load_tokenizer
+from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.export import ExitGraph, dev_logits, export_exits
 from aclpipe.errors import UserError
-from aclpipe.export import (
-    DEV_LOGITS,
-    EXPORT_JSON,
-    MODEL_FOLDER,
-    TASK_FILE,
-    ExitGraph,
-    dev_logits,
-    export_exits,
-    load_tokenizer_from,
-)
-from aclpipe.model import ExitSpec, MultiExitModel, load_multi_exit
-from aclpipe.scoring import all_exit_logits
-from aclpipe.tasks import TASKS
+from aclpipe.evaluation.scoring import all_exit_logits
+from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, TASK_FILE
+from aclpipe.layout import EXPORT_MODEL as MODEL_FOLDER
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
+from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
 
 SENTENCES = [
     "good",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
+from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
-from aclpipe.glue_sources import Example, local_available, read_hub, read_local
-from aclpipe.tasks import TASKS
 
 BOM = "\ufeff"
 MNLI_DEV_HEADER = (
@@ -371,7 +371,7 @@ def fake_datasets(monkeypatch: pytest.MonkeyPatch, load_dataset: object) -> None
     """Stand in for the ``datasets`` package and the hub probe, so no test touches the net."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr("aclpipe.glue_sources._probe_hub", lambda: None)
+    monkeypatch.setattr("aclpipe.data.glue_sources._probe_hub", lambda: None)
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from aclpipe.grad_rules import combine_gradients, scope_mask
+from aclpipe.training.grad_rules import combine_gradients, scope_mask
 
 
 def t(*values: float) -> torch.Tensor:

@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from aclpipe.pooling import LayerAttentionPooler, attend_over_layers, parameter_free_layer_attention
+from aclpipe.modeling.pooling import (
+    LayerAttentionPooler,
+    attend_over_layers,
+    parameter_free_layer_attention,
+)
 
 B, T, H = 3, 5, 8
 

@@ -1,7 +1,7 @@
 """Every method through the training loop's own pieces, on a tiny random BERT.
 
 One optimisation step per stage (``build_optimizer``, ``backward``, clip, ``optimizer.step``,
-as in ``aclpipe.train.finetune``) must change exactly the parameters the method trains; thirty
+as in ``aclpipe.training.loop.finetune``) must change exactly the parameters the method trains; thirty
 steps on a tiny separable batch must lower its loss.
 """
 
@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aclpipe.backbone import load_encoder, load_tokenizer, resolve_model
 from aclpipe.config import Params
 from aclpipe.errors import UserError
-from aclpipe.methods import METHODS, LossInputs, Method, build_method, exit_weights
-from aclpipe.model import MultiExitModel
-from aclpipe.objectives import self_distill_loss
-from aclpipe.train import backward, build_optimizer, make_spec
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer, resolve_model
+from aclpipe.modeling.model import MultiExitModel
+from aclpipe.training.loop import backward, build_optimizer, make_spec
+from aclpipe.training.methods import METHODS, LossInputs, Method, build_method, exit_weights
+from aclpipe.training.objectives import self_distill_loss
 
 NUM_LAYERS = 3  # the tiny BERT of conftest.py
 ALL = ("encoder", "final_exit", "inner_exits")
@@ -91,7 +91,7 @@ def loss_inputs(model: MultiExitModel, inputs: dict, labels: torch.Tensor) -> Lo
 
 
 def train_steps(model, stage, params: Params, accelerator, inputs, labels, steps: int) -> list:
-    """``steps`` iterations of the body of ``aclpipe.train.finetune``'s loop; their logs."""
+    """``steps`` iterations of the body of ``aclpipe.training.loop.finetune``'s loop; their logs."""
     optimizer = build_optimizer(model, stage.trains, params)
     named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     logs = []

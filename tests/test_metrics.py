@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from aclpipe.metrics import compute_metrics, logits_to_predictions, task_score
-from aclpipe.tasks import TASKS
+from aclpipe.data.tasks import TASKS
+from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from aclpipe.backbone import default_pooling, load_encoder, load_tokenizer, resolve_model
 from aclpipe.config import DEFAULT_MODEL
 from aclpipe.errors import UserError
-from aclpipe.model import (
+from aclpipe.modeling.backbone import default_pooling, load_encoder, load_tokenizer, resolve_model
+from aclpipe.modeling.model import (
     MODEL_CONFIG,
     WEIGHTS,
     ExitSpec,
@@ -234,7 +234,7 @@ def test_unknown_hub_id_offline_fails_fast() -> None:
 
 def test_all_exit_logits_keeps_row_order(tiny_model_dir: Path) -> None:
     """Rows are batched by length for speed, then put back in their own order."""
-    from aclpipe.scoring import all_exit_logits
+    from aclpipe.evaluation.scoring import all_exit_logits
 
     model = build(tiny_model_dir, pooling="mean")
     tokenizer = load_tokenizer(str(tiny_model_dir))
@@ -255,8 +255,8 @@ def test_all_exit_logits_keeps_row_order(tiny_model_dir: Path) -> None:
 
 def test_make_spec_pooling_follows_the_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     from aclpipe.config import params_from_dict
-    from aclpipe.methods import build_method
-    from aclpipe.train import make_spec
+    from aclpipe.training.loop import make_spec
+    from aclpipe.training.methods import build_method
 
     params = params_from_dict({"model": {"name": str(tiny_model_dir)}})
     joint, ce = (

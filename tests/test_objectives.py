@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aclpipe.objectives import (
+from aclpipe.training.objectives import (
     acl_embed_loss,
     cross_layer_acl_loss,
     distill_kl,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from aclpipe.early_exit.policies import check_threshold, default_grid, exit_indices
 from aclpipe.errors import UserError
-from aclpipe.policies import check_threshold, default_grid, exit_indices
 
 # Three exits, two samples, two classes. Sample 0 is confident from exit 0 on
 # (p = softmax([4, 0]) = 0.982, entropy 0.090); sample 1 is unsure until the last exit.

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from aclpipe.backbone import load_encoder, load_tokenizer
+from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.export import save_model_folder
+from aclpipe.early_exit.predict import predict_lines, read_lines, write_jsonl
 from aclpipe.errors import UserError
-from aclpipe.export import load_tokenizer_from, save_model_folder
-from aclpipe.model import ExitSpec, MultiExitModel, load_multi_exit
-from aclpipe.predict import predict_lines, read_lines, write_jsonl
-from aclpipe.tasks import TASKS
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
+from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
 
 LINES = [
     "the movie was good .\n",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from aclpipe.glue_sources import local_available, read_local
-from aclpipe.tasks import TASKS
+from aclpipe.data.glue_sources import local_available, read_local
+from aclpipe.data.tasks import TASKS
 
 # The shared data sits next to the checkout (../shared/glue); GLUE_DIR points elsewhere.
 GLUE_DIR = Path(

@@ -30,11 +30,11 @@ import torch
 from cli_helpers import invoke, ok
 from safetensors.torch import load_file
 
-from aclpipe import checkpoint as ckpt
-from aclpipe.checkpoint import Position, load_checkpoint, save_checkpoint
 from aclpipe.cli import app
 from aclpipe.errors import UserError
-from aclpipe.train import linear_schedule
+from aclpipe.training import checkpoint as ckpt
+from aclpipe.training.checkpoint import Position, load_checkpoint, save_checkpoint
+from aclpipe.training.loop import linear_schedule
 
 # 48 training rows in batches of 4: 12 steps per epoch, 24 in all.
 TRAIN = {"epochs": 2, "batch_size": 4}
@@ -285,7 +285,7 @@ def test_deebert_resumes_across_the_stage_boundary(
     args = ("finetune", "--task", "sst2", "--method", "deebert", *SAVE_EVERY_STEP)
 
     def body() -> None:
-        import aclpipe.train as train
+        import aclpipe.training.loop as train
 
         original = train.save_checkpoint
 
@@ -338,7 +338,7 @@ def test_kill_between_the_two_renames_of_a_checkpoint(
 
 def _kill_after_first_checkpoint(run_in_child, *extra: str) -> None:
     def body() -> None:
-        import aclpipe.train as train
+        import aclpipe.training.loop as train
 
         original = train.save_checkpoint
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aclpipe.backbone import load_encoder
-from aclpipe.model import ExitSpec, MultiExitModel
-from aclpipe.policies import exit_indices
-from aclpipe.runtime import EarlyExitRuntime, full_forward
+from aclpipe.early_exit.policies import exit_indices
+from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
+from aclpipe.modeling.backbone import load_encoder
+from aclpipe.modeling.model import ExitSpec, MultiExitModel
 
 SETTINGS = [("entropy", 0.0), ("entropy", 0.2), ("entropy", 0.6), ("entropy", 0.69),
             ("confidence", 0.0), ("confidence", 0.7), ("confidence", 0.95),

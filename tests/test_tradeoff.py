@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import aclpipe.tradeoff
+import aclpipe.study.tradeoff
 from aclpipe.errors import UserError
-from aclpipe.tradeoff import best_within, tradeoff
+from aclpipe.study.tradeoff import best_within, tradeoff
 
 TASK = "rte"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -75,8 +75,8 @@ def reports(tmp_path: Path) -> Path:
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the figures (most of a run's time) where a test checks only the numbers."""
-    monkeypatch.setattr(aclpipe.tradeoff, "draw_score_vs_time", lambda *args: None)
-    monkeypatch.setattr(aclpipe.tradeoff, "draw_exit_scores", lambda *args: None)
+    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_score_vs_time", lambda *args: None)
+    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_exit_scores", lambda *args: None)
 
 
 def pick(result: dict, method: str, budget: int) -> dict:

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from aclpipe.errors import UserError
+from aclpipe.layout import Layout
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
@@ -28,6 +29,7 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 _state = {"debug": False}
+LAYOUT = Layout()  # the default pipeline's folders, relative to where aclpipe runs
 
 TaskOpt = Annotated[
     str | None,
@@ -109,7 +111,7 @@ def _load(params_path: Path, overrides: list[str] | None):
 
 
 def _tasks(task: str | None, params):
-    from aclpipe.tasks import get_task
+    from aclpipe.data.tasks import get_task
 
     names = [task] if task else params.pipeline.tasks
     if not names:
@@ -122,7 +124,7 @@ def _methods(method: str | None, params) -> list[str]:
 
 
 def _methods_list(names: list[str]) -> list[str]:
-    from aclpipe.methods import METHODS
+    from aclpipe.training.methods import METHODS
 
     for name in names:
         if name not in METHODS:
@@ -148,8 +150,8 @@ def prepare(
     ] = None,
 ) -> None:
     """Read a GLUE task, subsample, tokenize, and save it under data/<task>/."""
-    from aclpipe.data import prepare as run_prepare
-    from aclpipe.data import resolve_glue_dir
+    from aclpipe.data.prepare import prepare as run_prepare
+    from aclpipe.data.prepare import resolve_glue_dir
 
     p = _load(params, set)
     for t in _tasks(task, p):
@@ -157,7 +159,7 @@ def prepare(
             t,
             p.data,
             p.model.name,
-            Path("data") / t.name,
+            LAYOUT.data(t.name),
             resolve_glue_dir(p.data, glue_dir),
             p.model.trust_remote_code,
         )
@@ -173,14 +175,14 @@ def finetune(
     set: SetOpt = None,
 ) -> None:
     """Train a method on a task; writes models/<task>/<method>/."""
-    from aclpipe.train import finetune as run_finetune
+    from aclpipe.training.loop import finetune as run_finetune
 
     p = _load(params, set)
     for t in _tasks(task, p):
         for m in _methods(method, p):
-            run_finetune(t, m, p, Path("data") / t.name, Path("models") / t.name / m, console)
+            run_finetune(t, m, p, LAYOUT.data(t.name), LAYOUT.model(t.name, m), console)
             if os.environ.get("RANK", "0") == "0":  # once under torchrun
-                console.print(f"saved models/{t.name}/{m}", highlight=False)
+                console.print(f"saved {LAYOUT.model(t.name, m)}", highlight=False)
 
 
 @app.command()
@@ -194,7 +196,7 @@ def evaluate(
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
     import torch
 
-    from aclpipe.evaluate import evaluate as run_evaluate
+    from aclpipe.evaluation.evaluate import evaluate as run_evaluate
 
     p = _load(params, set)
     device = "cuda" if p.train.device != "cpu" and torch.cuda.is_available() else "cpu"
@@ -203,9 +205,9 @@ def evaluate(
             run_evaluate(
                 t,
                 m,
-                Path("models") / t.name / m,
-                Path("data") / t.name,
-                Path("reports") / t.name / m,
+                LAYOUT.model(t.name, m),
+                LAYOUT.data(t.name),
+                LAYOUT.report(t.name, m),
                 p.evaluate,
                 device,
                 console,
@@ -226,22 +228,22 @@ def export_exits(
     """Export a trained model for early exit into models/<task>/<method>/export/: a
     self-contained model folder, one ONNX graph per exit (checked against PyTorch with
     onnxruntime), and the dev split's logits at every exit (dev_logits.npz)."""
-    from aclpipe.export import export_exits as run_export
+    from aclpipe.early_exit.export import export_exits as run_export
 
     p = _load(params, set)
     for t in _tasks(task, p):
         for m in _methods(method, p):
-            model_dir = Path("models") / t.name / m
+            model_dir = LAYOUT.model(t.name, m)
             run_export(
                 t,
                 model_dir,
-                Path("data") / t.name,
-                model_dir / "export",
+                LAYOUT.data(t.name),
+                LAYOUT.export(t.name, m),
                 batch_size=p.evaluate.batch_size,
                 opset=opset,
                 console=console,
             )
-            console.print(f"exported {model_dir / 'export'}", highlight=False)
+            console.print(f"exported {LAYOUT.export(t.name, m)}", highlight=False)
 
 
 @app.command()
@@ -282,7 +284,7 @@ def predict(
     ] = 128,
 ) -> None:
     """Predict with early exit: one JSON line per input line (label, probability, exit layer)."""
-    from aclpipe.predict import predict_lines, read_lines, write_jsonl
+    from aclpipe.early_exit.predict import predict_lines, read_lines, write_jsonl
 
     if batch_size < 1 or max_length < 2:
         raise UserError("--batch-size must be >= 1 and --max-length >= 2")
@@ -309,15 +311,15 @@ def tradeoff(
 ) -> None:
     """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
     score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
-    from aclpipe.tasks import get_task
-    from aclpipe.tradeoff import tradeoff as run_tradeoff
+    from aclpipe.data.tasks import get_task
+    from aclpipe.study.tradeoff import tradeoff as run_tradeoff
 
     p = _load(params, set)
     chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
     names = [task] if task else p.pipeline.tasks
     for name in names:
         get_task(name)
-        run_tradeoff(name, Path("reports"), chosen, console=console)
+        run_tradeoff(name, LAYOUT.reports(), chosen, console=console)
 
 
 @app.command()
@@ -341,7 +343,7 @@ def angles(
 
     Trains each method on the prepared task with per-step gradient cosines recorded, and writes
     reports/<task>/angles/angles.json and angles.png (the ACL paper's pilot experiment)."""
-    from aclpipe.angles import run_angles
+    from aclpipe.study.angles import run_angles
 
     p = _load(params, set)
     (t,) = _tasks(task, p)
@@ -350,8 +352,8 @@ def angles(
         t,
         _methods_list(names),
         p,
-        Path("data") / t.name,
-        Path("reports") / t.name / "angles",
+        LAYOUT.data(t.name),
+        LAYOUT.angles(t.name),
         console,
     )
 
@@ -381,8 +383,8 @@ def sts_eval(
     Spearman correlation between the cosine similarity of the pooled embeddings of the two
     sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
     setting). Prints a table and writes JSON."""
-    from aclpipe.data import resolve_glue_dir
-    from aclpipe.sts_eval import render_sts_table, sts_embedding_eval, write_sts_report
+    from aclpipe.data.prepare import resolve_glue_dir
+    from aclpipe.study.sts_eval import render_sts_table, sts_embedding_eval, write_sts_report
 
     p = _load(params, set)
     names = tuple(x.strip() for x in poolings.split(",") if x.strip())
@@ -418,7 +420,7 @@ def campaign_prepare(
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
     """Read, subsample and tokenize a task into campaign/data/<task>/ with its settings."""
-    from aclpipe.campaign import load_campaign, prepare_task
+    from aclpipe.study.campaign import load_campaign, prepare_task
 
     spec = load_campaign(campaign)
     meta = prepare_task(spec, task, console)
@@ -435,7 +437,7 @@ def campaign_run(
 ) -> None:
     """Train one run, score every exit and sweep the policies; writes
     campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
-    from aclpipe.campaign import load_campaign, run_one
+    from aclpipe.study.campaign import load_campaign, run_one
 
     spec = load_campaign(campaign)
     out = run_one(spec, task, run, seed, console)
@@ -459,8 +461,8 @@ def campaign_run_pending(
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
     again."""
-    from aclpipe.campaign import load_campaign
-    from aclpipe.campaign_runner import commit_command, parse_list, run_pending
+    from aclpipe.study.campaign import load_campaign
+    from aclpipe.study.campaign_runner import commit_command, parse_list, run_pending
 
     spec = load_campaign(campaign)
     task_list = parse_list(tasks, "--tasks")
@@ -489,8 +491,8 @@ def campaign_report(
 ) -> None:
     """Aggregate the finished runs into reports/<task>/results.{md,json}, plots, and
     reports/README.md (mean ± sd over seeds; no model is run)."""
-    from aclpipe.campaign import load_campaign
-    from aclpipe.campaign_report import write_reports
+    from aclpipe.study.campaign import load_campaign
+    from aclpipe.study.campaign_report import write_reports
 
     spec = load_campaign(campaign)
     summaries = write_reports(spec, reports)

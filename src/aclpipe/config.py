@@ -242,8 +242,8 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
     methods_raw = raw.get("methods") or {}
     if not isinstance(methods_raw, dict):
         raise UserError("methods must be a mapping of method name to its knobs")
-    from aclpipe.methods import METHODS  # here: methods.py imports this module
-    from aclpipe.tasks import TASKS
+    from aclpipe.data.tasks import TASKS
+    from aclpipe.training.methods import METHODS  # here: methods.py imports this module
 
     pipeline = built["pipeline"]
     for key, names, valid in (

@@ -3,8 +3,8 @@
 The training loop never looks at a method's name. It runs ``method.stages`` in order; in each
 it trains the parameter groups ``stage.trains``, computes ``stage.main`` and ``stage.aux`` on
 the model's all-exit output, and combines their gradients with ``stage.rule``
-(``aclpipe.grad_rules``). Definitions: ../shared/METHODS.md. Adding a method means adding a
-builder to ``METHODS`` (and, for a new loss, a file in ``aclpipe.objectives``).
+(``aclpipe.training.grad_rules``). Definitions: ../shared/METHODS.md. Adding a method means adding a
+builder to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from aclpipe.config import MethodConfig
 from aclpipe.errors import UserError
-from aclpipe.objectives import (
+from aclpipe.training.objectives import (
     acl_embed_loss,
     cross_layer_acl_loss,
     distill_kl,
@@ -31,7 +31,7 @@ class LossInputs:
     """What every objective sees: the model's output at every exit, and the labels.
 
     With several processes, ``logits`` and ``labels`` are this process's shard while
-    ``features`` and ``pool_labels`` are the whole global batch (``aclpipe.distributed``);
+    ``features`` and ``pool_labels`` are the whole global batch (``aclpipe.training.distributed``);
     per-sample means are weighted by ``local_weight``. With one process they coincide.
     """
 
@@ -62,7 +62,7 @@ class Stage:
     trains: tuple[str, ...]  # parameter groups: encoder, final_exit, inner_exits
     main: Objective
     aux: Objective | None = None  # the term a gradient rule may drop or project against
-    rule: str = "sum"  # sum | acl-grad | gr (aclpipe.grad_rules)
+    rule: str = "sum"  # sum | acl-grad | gr (aclpipe.training.grad_rules)
     grad_scope: str = "encoder"  # parameters the rule's cosine and projection look at
     max_angle: float = 90.0  # acl-grad: conflict above this angle (degrees)
 

@@ -2,9 +2,9 @@
 
 DVC runs the campaign's stages one after another, which suits a CPU. A GPU has room for
 several runs side by side: this module runs every run that has no folder yet in worker
-processes, each with :func:`aclpipe.campaign.run_one` (what one DVC stage runs), so a folder
+processes, each with :func:`aclpipe.study.campaign.run_one` (what one DVC stage runs), so a folder
 made here is the one ``dvc repro`` would make; ``dvc commit -f`` on its stage (the command
-:func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``aclpipe.campaign`` because the run stages depend on that file: the
+:func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``aclpipe.study.campaign`` because the run stages depend on that file: the
 scheduling is not what decides a run's weights, and editing it must not make DVC retrain.
 """
 
@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from aclpipe.campaign import Campaign, load_campaign, run_one
 from aclpipe.errors import UserError
+from aclpipe.layout import META
+from aclpipe.study.campaign import Campaign, load_campaign, run_one
 
 
 def parse_list(text: str | None, option: str, kind: type = str) -> list | None:
@@ -71,9 +72,9 @@ def run_pending(
         raise UserError(f"--workers {workers}: give at least 1")
     jobs = pending(campaign, tasks, seeds)
     for task in dict.fromkeys(task for task, _, _ in jobs):
-        if not (campaign.root / "data" / task / "meta.json").exists():
+        if not (campaign.layout.data(task) / META).exists():
             raise UserError(
-                f"{campaign.root / 'data' / task} is not prepared: run "
+                f"{campaign.layout.data(task)} is not prepared: run "
                 f"`aclpipe campaign prepare --task {task}` (or `dvc repro campaign/dvc.yaml`) first"
             )
     console.print(f"{len(jobs)} runs to do, {workers} at a time", highlight=False)
@@ -127,7 +128,7 @@ def _run_logged(path: str, task: str, run: str, seed: int, threads: int) -> str:
 
     torch.set_num_threads(threads)
     campaign = load_campaign(Path(path))
-    log = campaign.root / "models" / task / f"{run}-s{seed}.log"
+    log = campaign.layout.run_log(task, run, seed)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as f:
         try:

@@ -35,16 +35,15 @@ from rich.console import Console
 from torch import nn
 
 from aclpipe import atomic
-from aclpipe.data import collate, load_split
+from aclpipe.data.prepared import load_split
+from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
-from aclpipe.model import MultiExitModel, additive_mask, load_multi_exit
-from aclpipe.scoring import all_exit_logits, split_labels
-from aclpipe.tasks import Task
+from aclpipe.evaluation.scoring import all_exit_logits, split_labels
+from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, EXPORT_MODEL, TASK_FILE
+from aclpipe.modeling.backbone import load_tokenizer_from
+from aclpipe.modeling.batching import collate
+from aclpipe.modeling.model import MultiExitModel, additive_mask, load_multi_exit
 
-MODEL_FOLDER = "model"
-TASK_FILE = "aclpipe_task.json"
-DEV_LOGITS = "dev_logits.npz"
-EXPORT_JSON = "export.json"
 PARITY_ROWS = 6  # rows of spread lengths in the parity batch (plus one row on its own)
 
 
@@ -53,7 +52,7 @@ class ExitGraph(nn.Module):
 
     Holds only the modules exit ``k`` needs (shared with the model, not copied), so the
     exported graph carries no deeper layer and no other head. Runs the layers as the
-    early-exit runtime does (``aclpipe.runtime``), which the parity check compares with the
+    early-exit runtime does (``aclpipe.early_exit.runtime``), which the parity check compares with the
     model's own forward.
     """
 
@@ -90,22 +89,6 @@ def uses_token_types(model: MultiExitModel, tokenizer) -> bool:
 
     accepted = inspect.signature(model.encoder.embeddings.forward).parameters
     return "token_type_ids" in tokenizer.model_input_names and "token_type_ids" in accepted
-
-
-def load_tokenizer_from(model_dir: Path):
-    """The tokenizer saved with a trained model (``tokenizer/``) or an exported one (beside the
-    weights), with a one-line error."""
-    from transformers import AutoTokenizer
-
-    if (model_dir / "tokenizer").is_dir():
-        model_dir = model_dir / "tokenizer"
-    try:
-        return AutoTokenizer.from_pretrained(str(model_dir))
-    except (OSError, ValueError, TypeError) as err:
-        raise UserError(
-            f"no usable tokenizer in {model_dir} ({type(err).__name__}): the folder must hold "
-            "the tokenizer files `aclpipe finetune` saves (tokenizer.json, vocab.txt, ...)"
-        ) from err
 
 
 def save_model_folder(model: MultiExitModel, tokenizer, folder: Path, task: Task) -> None:
@@ -261,7 +244,7 @@ def export_exits(
     model_type = model.encoder.config.model_type
     files, diffs, seconds = [], [], []
     with atomic.atomic_dir(out_dir) as tmp:
-        save_model_folder(model, tokenizer, tmp / MODEL_FOLDER, task)
+        save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
         for index, layer in enumerate(model.spec.exits):
             path = tmp / f"exit_{layer}.onnx"
             start = time.perf_counter()
@@ -283,7 +266,7 @@ def export_exits(
             "pooling": model.spec.pooling,
             "num_labels": model.spec.num_labels,
             "labels": list(task.labels),
-            "model_folder": MODEL_FOLDER,
+            "model_folder": EXPORT_MODEL,
             "inputs": names,
             "output": "logits",
             "onnx_files": files,

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 from sklearn.metrics import confusion_matrix, f1_score
 
-from aclpipe.tasks import Task
+from aclpipe.data.tasks import Task
 
 
 def _accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:

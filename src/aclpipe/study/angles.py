@@ -19,9 +19,10 @@ from rich.table import Table
 
 from aclpipe import atomic
 from aclpipe.config import Params
+from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
-from aclpipe.tasks import Task
-from aclpipe.train import STEP_LOG, finetune
+from aclpipe.layout import STEP_LOG
+from aclpipe.training.loop import finetune
 
 
 def read_angles(step_log: Path) -> tuple[list[float], list[bool]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from aclpipe.data import collate
-from aclpipe.metrics import compute_metrics, logits_to_predictions, task_score
-from aclpipe.model import MultiExitModel
-from aclpipe.tasks import Task
+from aclpipe.data.tasks import Task
+from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
+from aclpipe.modeling.batching import collate
+from aclpipe.modeling.model import MultiExitModel
 
 
 @torch.no_grad()

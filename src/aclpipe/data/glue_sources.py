@@ -16,8 +16,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
-from aclpipe.tasks import Task
 
 # How a user points us at local GLUE files; every "data not found" message ends with it.
 LOCAL_OPTIONS = "--glue-dir, the GLUE_DIR environment variable, or data.glue_dir in params.yaml"

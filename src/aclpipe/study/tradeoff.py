@@ -18,7 +18,8 @@ from rich.table import Table
 
 from aclpipe import atomic
 from aclpipe.errors import UserError
-from aclpipe.tradeoff_plots import draw_exit_scores, draw_score_vs_time
+from aclpipe.layout import CURVES_JSON, METRICS
+from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
 
 BUDGETS = (0, 1, 2, 5)
 # A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
@@ -52,7 +53,7 @@ def load_results(task: str, task_dir: Path, methods: list[str] | None) -> tuple[
 
     Raises UserError when the task has no results at all or when ``ce`` (the reference) has none.
     """
-    found = sorted(p.parent.name for p in task_dir.glob("*/metrics.json"))
+    found = sorted(p.parent.name for p in task_dir.glob(f"*/{METRICS}"))
     if not found:
         raise UserError(
             f"no results for task {task} under {task_dir}: run `aclpipe prepare --task {task}`, "
@@ -68,9 +69,9 @@ def load_results(task: str, task_dir: Path, methods: list[str] | None) -> tuple[
     missing = [m for m in wanted if m not in found]
     results = {}
     for method in (m for m in wanted if m in found):
-        curves_path = task_dir / method / "curves.json"
+        curves_path = task_dir / method / CURVES_JSON
         results[method] = {
-            "metrics": _read_json(task_dir / method / "metrics.json"),
+            "metrics": _read_json(task_dir / method / METRICS),
             "curves": _read_json(curves_path) if curves_path.exists() else None,
         }
     if not results:
@@ -141,7 +142,7 @@ def tradeoff(
               "model counts" for m, r in results.items() if not r["curves"] and len(r["metrics"]["exits"]) > 1]  # fmt: skip
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
-    reference = _read_json(task_dir / "ce" / "metrics.json")["final_score"]
+    reference = _read_json(task_dir / "ce" / METRICS)["final_score"]
     points = {m: method_points(r) for m, r in results.items()}
     exit_scores = {m: exit_score_table(r) for m, r in results.items()}
     curves = [r["curves"] for r in results.values() if r["curves"]]

@@ -19,7 +19,7 @@ runs into ``reports/<task>/results.{md,json}``, plots and ``reports/README.md``.
 each finished run, so an interrupted campaign resumes where it stopped, and the report is
 rebuilt from the committed runs in seconds.
 
-The statistics and the published tables are in ``aclpipe.campaign_report``.
+The statistics and the published tables are in ``aclpipe.study.campaign_report``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from rich.console import Console
 
 from aclpipe import atomic
 from aclpipe.config import Params, apply_overrides, params_from_dict
+from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.tasks import get_task
+from aclpipe.layout import HISTORY, RUN_RECORD, STEP_LOG, Layout
 
 
 @dataclass
@@ -62,8 +63,12 @@ class Campaign:
         """The campaign's folder: data/, runs/ and the scratch models/ live here."""
         return self.path.parent
 
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root)
+
     def run_dir(self, task: str, run: str, seed: int) -> Path:
-        return self.root / "runs" / task / f"{run}-s{seed}"
+        return self.layout.run(task, run, seed)
 
     def variant(self, run: str) -> Variant:
         if run not in self.runs:
@@ -123,7 +128,7 @@ def load_campaign(path: Path) -> Campaign:
             f"unknown key campaign.{sorted(unknown)[0]} in {path}: use tasks, seeds, runs, "
             "variants, task_settings"
         )
-    from aclpipe.methods import METHODS
+    from aclpipe.training.methods import METHODS
 
     tasks, seeds, runs = spec.get("tasks"), spec.get("seeds"), spec.get("runs")
     for key, value in (("tasks", tasks), ("seeds", seeds), ("runs", runs)):
@@ -165,14 +170,14 @@ def load_campaign(path: Path) -> Campaign:
 
 
 def prepare_task(campaign: Campaign, task_name: str, console: Console) -> dict:
-    from aclpipe.data import prepare, resolve_glue_dir
+    from aclpipe.data.prepare import prepare, resolve_glue_dir
 
     task, params = get_task(task_name), campaign.params(task_name)
     return prepare(
         task,
         params.data,
         params.model.name,
-        campaign.root / "data" / task.name,
+        campaign.layout.data(task.name),
         resolve_glue_dir(params.data, None),
         params.model.trust_remote_code,
     )
@@ -182,20 +187,20 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
     """Train, score and sweep one run; write its folder (atomically) and drop the weights."""
     import torch
 
-    from aclpipe.data import load_meta
-    from aclpipe.evaluate import evaluate
-    from aclpipe.train import finetune
+    from aclpipe.data.prepared import load_meta
+    from aclpipe.evaluation.evaluate import evaluate
+    from aclpipe.training.loop import finetune
 
     task, variant = get_task(task_name), campaign.variant(run)
     params = campaign.params(task_name, run, seed)
-    data_dir = campaign.root / "data" / task.name
-    scratch = campaign.root / "models" / task.name / f"{run}-s{seed}"
+    data_dir = campaign.layout.data(task.name)
+    scratch = campaign.layout.scratch(task.name, run, seed)
     out = campaign.run_dir(task.name, run, seed)
     finetune(task, variant.method, params, data_dir, scratch, console)  # resumes if cut off
     with atomic.atomic_dir(out) as tmp:
         device = "cuda" if params.train.device != "cpu" and torch.cuda.is_available() else "cpu"
         evaluate(task, variant.method, scratch, data_dir, tmp, params.evaluate, device, console)
-        for name in ("history.json", "steps.jsonl"):
+        for name in (HISTORY, STEP_LOG):
             shutil.copyfile(scratch / name, tmp / name)
         record = {
             "task": task.name,
@@ -208,7 +213,7 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
             "command": f"aclpipe campaign run --task {task.name} --run {run} --seed {seed}",
             "environment": environment(device),
         }
-        (tmp / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (tmp / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(scratch, ignore_errors=True)  # 90 MB a run; the scores are what is kept
     return out
 

@@ -18,10 +18,8 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from aclpipe.errors import UserError
-from aclpipe.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
-
-MODEL_CONFIG = "aclpipe_model.json"
-WEIGHTS = "model.safetensors"
+from aclpipe.layout import MODEL_CONFIG, WEIGHTS
+from aclpipe.modeling.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
 
 
 @dataclass

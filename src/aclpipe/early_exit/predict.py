@@ -3,7 +3,7 @@
 Each non-empty line is a sentence, or a pair when it holds exactly one tab
 (``premise<TAB>hypothesis``). Lines are read as a stream, tokenized (truncated to
 ``max_length``), batched in input order with right padding, and run through the early-exit
-runtime (``aclpipe.runtime``) with a per-sample exit policy (METHODS.md, Exit policies).
+runtime (``aclpipe.early_exit.runtime``) with a per-sample exit policy (METHODS.md, Exit policies).
 Records come out in input order::
 
     {"label": 1, "label_name": "1", "probability": 0.93, "exit_layer": 2, "text": "..."}
@@ -23,11 +23,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from aclpipe.data import collate
+from aclpipe.early_exit.runtime import EarlyExitRuntime
 from aclpipe.errors import UserError
-from aclpipe.export import TASK_FILE, load_tokenizer_from
-from aclpipe.model import load_multi_exit
-from aclpipe.runtime import EarlyExitRuntime
+from aclpipe.layout import TASK_FILE
+from aclpipe.modeling.backbone import load_tokenizer_from
+from aclpipe.modeling.batching import collate
+from aclpipe.modeling.model import load_multi_exit
 
 
 def saved_label_names(model_dir: Path) -> list[str] | None:

@@ -1,6 +1,6 @@
 """The early-exit runtime: run the encoder layer by layer and stop per sample.
 
-After each exit the policy (``aclpipe.policies.leaves``) decides, sample by sample, who
+After each exit the policy (``aclpipe.early_exit.policies.leaves``) decides, sample by sample, who
 leaves; those samples leave the batch and the rest go on, so no layer runs for a finished
 sample. Padding columns that only finished samples needed are trimmed as the batch shrinks
 (batches are right-padded). The full model baseline (``full_forward``) runs the same layers
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from aclpipe.model import MultiExitModel, additive_mask
-from aclpipe.policies import check_policy, check_threshold, leaves
-from aclpipe.pooling import MeanPooler, masked_mean
+from aclpipe.early_exit.policies import check_policy, check_threshold, leaves
+from aclpipe.modeling.model import MultiExitModel, additive_mask
+from aclpipe.modeling.pooling import MeanPooler, masked_mean
 
 
 @dataclass
@@ -85,7 +85,7 @@ class EarlyExitRuntime:
                 continue
             k = self.exit_at[depth]
             logits = self.heads[k](kept, pool_mask).float()  # [b, C]
-            if k < last_exit:  # one tolist() and plain Python: see aclpipe.policies
+            if k < last_exit:  # one tolist() and plain Python: see aclpipe.early_exit.policies
                 seen = [
                     w[len(w) + 1 - self.window :] + [row] for w, row in zip(seen, logits.tolist())
                 ]

@@ -1,6 +1,6 @@
 """The finetune stage: one written-out training loop on accelerate.
 
-Methods change *what* is computed (``aclpipe.methods``), never the loop's shape: for each
+Methods change *what* is computed (``aclpipe.training.methods``), never the loop's shape: for each
 stage of the method, for each epoch, for each batch: forward (all exits), main and auxiliary
 objectives, gradients combined by the stage's rule, clip, step, schedule, log; then a dev
 evaluation and a checkpoint.
@@ -23,11 +23,17 @@ import torch
 from rich.console import Console
 
 from aclpipe import atomic
-from aclpipe.backbone import default_pooling, load_encoder, resolve_model
-from aclpipe.checkpoint import Position, fingerprint, load_checkpoint, save_checkpoint
 from aclpipe.config import Params
-from aclpipe.data import collate, load_meta, load_split
-from aclpipe.distributed import (
+from aclpipe.data.prepared import load_meta, load_split
+from aclpipe.data.tasks import Task
+from aclpipe.errors import UserError
+from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.layout import HISTORY, MODEL_CONFIG, STEP_LOG, TOKENIZER, checkpoint_dir
+from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
+from aclpipe.modeling.batching import collate
+from aclpipe.modeling.model import ExitSpec, MultiExitModel
+from aclpipe.training.checkpoint import Position, fingerprint, load_checkpoint, save_checkpoint
+from aclpipe.training.distributed import (
     all_reduce_mean,
     gather_labels,
     gather_with_grad,
@@ -35,17 +41,9 @@ from aclpipe.distributed import (
     mean_over_processes,
     shard,
 )
-from aclpipe.errors import UserError
-from aclpipe.grad_rules import combine_gradients, scope_mask
-from aclpipe.methods import LossInputs, Method, Stage, build_method
-from aclpipe.model import MODEL_CONFIG, ExitSpec, MultiExitModel
-from aclpipe.progress import TrainProgress
-from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
-from aclpipe.tasks import Task
-
-HISTORY = "history.json"
-TOKENIZER = "tokenizer"
-STEP_LOG = "steps.jsonl"
+from aclpipe.training.grad_rules import combine_gradients, scope_mask
+from aclpipe.training.methods import LossInputs, Method, Stage, build_method
+from aclpipe.training.progress import TrainProgress
 
 
 def set_seed(seed: int) -> None:
@@ -246,9 +244,9 @@ def finetune(
     set_seed(t.seed + rank)  # dropout: process 0 draws what a single process would
     pad_id = encoder.config.pad_token_id or 0
     main_process = accelerator.is_main_process
-    checkpoint_dir = out_dir.parent / f".{out_dir.name}.checkpoint"
+    checkpoint_folder = checkpoint_dir(out_dir)
     print_ = run_fingerprint(task, method, params, meta, processes)
-    resumed = load_checkpoint(checkpoint_dir, model, print_, rank)
+    resumed = load_checkpoint(checkpoint_folder, model, print_, rank)
     at = resumed.position if resumed else Position()
     if resumed and at.epoch >= t.epochs:  # the checkpoint closed a stage: the next starts afresh
         at = Position(at.stage + 1, 0, 0, at.global_step)
@@ -262,7 +260,7 @@ def finetune(
             else "training had finished; writing the final model"
         )
         console.print(
-            f"resuming {method.name} on {task.name} from {checkpoint_dir}: {where} "
+            f"resuming {method.name} on {task.name} from {checkpoint_folder}: {where} "
             f"(step {at.global_step})",
             highlight=False,
         )
@@ -275,7 +273,7 @@ def finetune(
     def checkpoint(position: Position) -> None:  # the current stage's optimizer and scheduler
         _save(
             accelerator,
-            checkpoint_dir,
+            checkpoint_folder,
             model,
             optimizer,
             scheduler,
@@ -391,7 +389,7 @@ def finetune(
             with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
                 for row in step_log:
                     f.write(json.dumps(row) + "\n")
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        shutil.rmtree(checkpoint_folder, ignore_errors=True)
     accelerator.wait_for_everyone()
     return {"exits": spec.exits, "history": history}
 
@@ -424,7 +422,7 @@ def _dev(task: Task) -> str:
 
 
 def _save_tokenizer(params: Params, folder: Path) -> None:
-    from aclpipe.backbone import load_tokenizer
+    from aclpipe.modeling.backbone import load_tokenizer
 
     load_tokenizer(params.model.name, params.model.trust_remote_code).save_pretrained(str(folder))
 

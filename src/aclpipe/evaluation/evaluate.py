@@ -12,12 +12,12 @@ from rich.table import Table
 
 from aclpipe import atomic
 from aclpipe.config import EvaluateConfig
-from aclpipe.data import load_split, subsample
-from aclpipe.model import load_multi_exit
-from aclpipe.scoring import all_exit_logits, exit_scores, split_labels
-from aclpipe.sweep import sweep
-from aclpipe.tasks import Task
-from aclpipe.train import STEP_LOG
+from aclpipe.data.prepared import load_split, subsample
+from aclpipe.data.tasks import Task
+from aclpipe.early_exit.sweep import sweep
+from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, STEP_LOG
+from aclpipe.modeling.model import load_multi_exit
 
 
 def gradient_rule_summary(step_log: Path) -> list[dict]:
@@ -117,10 +117,10 @@ def evaluate(
         )
     else:
         curves["full_model"] = {"score": report["final_score"]}
-    with atomic.atomic_files(out_dir, last="metrics.json") as tmp:  # one set, metrics last
-        (tmp / "metrics.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        (tmp / "curves.json").write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
-        (tmp / "curves.csv").write_text(curves_csv(curves["points"]), encoding="utf-8")
+    with atomic.atomic_files(out_dir, last=METRICS) as tmp:  # one set, metrics last
+        (tmp / METRICS).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        (tmp / CURVES_JSON).write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
+        (tmp / CURVES_CSV).write_text(curves_csv(curves["points"]), encoding="utf-8")
     console.print(render_table(report))
     if curves["points"]:
         console.print(render_curves(curves))

@@ -16,12 +16,12 @@ import time
 import numpy as np
 import torch
 
-from aclpipe.data import collate
-from aclpipe.metrics import compute_metrics, task_score
-from aclpipe.model import MultiExitModel
-from aclpipe.policies import POLICIES, default_grid, exit_indices
-from aclpipe.runtime import EarlyExitRuntime, full_forward
-from aclpipe.tasks import Task
+from aclpipe.data.tasks import Task
+from aclpipe.early_exit.policies import POLICIES, default_grid, exit_indices
+from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
+from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.modeling.batching import collate
+from aclpipe.modeling.model import MultiExitModel
 
 
 def policy_point(

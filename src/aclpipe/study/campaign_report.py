@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from aclpipe import atomic
-from aclpipe.campaign import Campaign
-from aclpipe.tasks import get_task
-from aclpipe.tradeoff_plots import _figure, _save
+from aclpipe.data.tasks import get_task
+from aclpipe.layout import CURVES_JSON, METRICS, RUN_RECORD, STEP_LOG, Layout
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.tradeoff_plots import _figure, _save
 
 BUDGETS = (0, 1, 2, 5)
 
@@ -55,17 +56,17 @@ def verdict(a: dict, b: dict) -> str:
     return "better" if gap > 0 else "worse"
 
 
-def load_runs(root: Path, task: str) -> dict[str, dict[int, dict]]:
+def load_runs(layout: Layout, task: str) -> dict[str, dict[int, dict]]:
     """``{run: {seed: {"metrics", "curves", "run", "steps"}}}`` of the runs present."""
     found: dict[str, dict[int, dict]] = {}
-    for record_path in sorted((root / "runs" / task).glob("*/run.json")):
+    for record_path in sorted(layout.runs(task).glob(f"*/{RUN_RECORD}")):
         folder = record_path.parent
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        steps = folder / "steps.jsonl"
+        steps = folder / STEP_LOG
         found.setdefault(record["run"], {})[record["seed"]] = {
             "run": record,
-            "metrics": json.loads((folder / "metrics.json").read_text(encoding="utf-8")),
-            "curves": json.loads((folder / "curves.json").read_text(encoding="utf-8")),
+            "metrics": json.loads((folder / METRICS).read_text(encoding="utf-8")),
+            "curves": json.loads((folder / CURVES_JSON).read_text(encoding="utf-8")),
             "steps": steps,
         }
     return found
@@ -73,11 +74,11 @@ def load_runs(root: Path, task: str) -> dict[str, dict[int, dict]]:
 
 def summarise_task(campaign: Campaign, task: str) -> dict:
     """Every figure of a task's report, from the run folders (no forward passes)."""
-    from aclpipe.angles import read_angles
-    from aclpipe.angles import summarise as summarise_angles
-    from aclpipe.tradeoff import best_within, exit_score_table, method_points
+    from aclpipe.study.angles import read_angles
+    from aclpipe.study.angles import summarise as summarise_angles
+    from aclpipe.study.tradeoff import best_within, exit_score_table, method_points
 
-    found = load_runs(campaign.root, task)
+    found = load_runs(campaign.layout, task)
     runs = {  # folders of runs or seeds no longer in the campaign are not its results
         run: {s: found[run][s] for s in campaign.seeds if s in found[run]}
         for run in campaign.runs
@@ -465,7 +466,7 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
     """Write every task's results and the overview; returns the summaries."""
     summaries = {}
     for task in campaign.tasks:
-        if not (campaign.root / "runs" / task).exists():
+        if not campaign.layout.runs(task).exists():
             continue
         summary = summarise_task(campaign, task)
         if not summary["runs"]:

@@ -25,12 +25,12 @@ import torch.nn.functional as F
 from rich.table import Table
 
 from aclpipe import atomic
-from aclpipe.backbone import default_pooling, load_encoder, load_tokenizer, resolve_model
+from aclpipe.data.glue_sources import local_available, read_hub, read_local
+from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.glue_sources import local_available, read_hub, read_local
-from aclpipe.metrics import compute_metrics
-from aclpipe.pooling import masked_mean, parameter_free_layer_attention
-from aclpipe.tasks import get_task
+from aclpipe.evaluation.metrics import compute_metrics
+from aclpipe.modeling.backbone import default_pooling, load_encoder, load_tokenizer, resolve_model
+from aclpipe.modeling.pooling import masked_mean, parameter_free_layer_attention
 
 POOLINGS = ("cls", "mean", "layer-attention")
 

@@ -1,26 +1,23 @@
-"""The prepare stage: GLUE examples -> tokenized JSONL under data/<task>/, and batching.
+"""The prepare stage: GLUE examples -> tokenized JSONL under data/<task>/.
 
-No padding at rest: each example keeps its own length and batches pad to their longest.
+No padding at rest: each example keeps its own length (``aclpipe.modeling.batching`` pads
+each batch to its longest). Reading the prepared files back is ``aclpipe.data.prepared``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 from aclpipe import atomic
-from aclpipe.backbone import load_tokenizer
 from aclpipe.config import DataConfig
-from aclpipe.errors import UserError
-from aclpipe.glue_sources import Example, local_available, read_hub, read_local
-from aclpipe.tasks import Task
-
-META = "meta.json"
+from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
+from aclpipe.data.prepared import subsample
+from aclpipe.data.tasks import Task
+from aclpipe.layout import META
+from aclpipe.modeling.backbone import load_tokenizer
 
 
 def resolve_glue_dir(data: DataConfig, cli_glue_dir: Path | None) -> Path | None:
@@ -34,14 +31,6 @@ def resolve_glue_dir(data: DataConfig, cli_glue_dir: Path | None) -> Path | None
 
 def split_names(task: Task) -> list[str]:
     return ["train"] + [name for name, _, _ in task.dev_splits]
-
-
-def subsample(examples: list[Example], limit: int | None, seed: int) -> list[Example]:
-    """A deterministic subsample of ``limit`` examples, in their original order."""
-    if limit is None or limit >= len(examples):
-        return examples
-    keep = sorted(random.Random(seed).sample(range(len(examples)), limit))
-    return [examples[i] for i in keep]
 
 
 def tokenize(examples: list[Example], tokenizer, max_length: int) -> list[dict]:
@@ -108,40 +97,3 @@ def _label_distribution(task: Task, examples: list[Example]) -> dict:
         return {"min": min(scores), "max": max(scores), "mean": round(sum(scores) / len(scores), 4)}
     counts = Counter(int(e.label) for e in examples)
     return {task.labels[i]: counts.get(i, 0) for i in range(task.num_labels)}
-
-
-def load_split(data_dir: Path, split: str) -> list[dict]:
-    path = data_dir / f"{split}.jsonl"
-    if not path.exists():
-        raise UserError(f"{path} not found: run `aclpipe prepare --task {data_dir.name}` first")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-def load_meta(data_dir: Path) -> dict:
-    path = data_dir / META
-    if not path.exists():
-        raise UserError(f"{path} not found: run `aclpipe prepare --task {data_dir.name}` first")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def collate(rows: list[dict], pad_id: int, regression: bool) -> dict[str, torch.Tensor]:
-    """Pad a list of tokenized rows to the batch's longest -> tensors ``[B, T]`` and ``[B]``."""
-    longest = max(len(r["input_ids"]) for r in rows)
-    input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    has_types = "token_type_ids" in rows[0]
-    token_type_ids = torch.zeros((len(rows), longest), dtype=torch.long) if has_types else None
-    for i, row in enumerate(rows):
-        n = len(row["input_ids"])
-        input_ids[i, :n] = torch.tensor(row["input_ids"])
-        attention_mask[i, :n] = 1
-        if token_type_ids is not None:
-            token_type_ids[i, :n] = torch.tensor(row["token_type_ids"])
-    labels = torch.tensor(
-        [r["label"] for r in rows], dtype=torch.float if regression else torch.long
-    )
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-    if token_type_ids is not None:
-        batch["token_type_ids"] = token_type_ids
-    return batch

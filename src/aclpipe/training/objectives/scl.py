@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aclpipe.objectives.supcon import supcon
+from aclpipe.training.objectives.supcon import supcon
 
 
 def scl_loss(features: Tensor, labels: Tensor, tau: float) -> Tensor:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from aclpipe.errors import UserError
+from aclpipe.layout import TOKENIZER
 
 # Hub ids that an installed package can stand in for, and where that package keeps the model.
 _PACKAGED = {
@@ -115,3 +116,19 @@ def load_encoder(name: str, trust_remote_code: bool = False):
         raise _unreachable(name, err) from err
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def load_tokenizer_from(model_dir: Path):
+    """The tokenizer saved with a trained model (``tokenizer/``) or an exported one (beside the
+    weights), with a one-line error."""
+    from transformers import AutoTokenizer
+
+    if (model_dir / TOKENIZER).is_dir():
+        model_dir = model_dir / TOKENIZER
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except (OSError, ValueError, TypeError) as err:
+        raise UserError(
+            f"no usable tokenizer in {model_dir} ({type(err).__name__}): the folder must hold "
+            "the tokenizer files `aclpipe finetune` saves (tokenizer.json, vocab.txt, ...)"
+        ) from err

@@ -1,0 +1,2 @@
+"""Evaluation: GLUE metrics (``metrics``), all-exit logits and per-exit scores (``scoring``)
+and the evaluate stage (``evaluate``)."""

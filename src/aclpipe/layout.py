@@ -1,0 +1,89 @@
+"""The on-disk layout: every folder and file name the stages read and write, decided here.
+
+The CLI, the stages, the campaign and the tests ask this module for paths instead of
+spelling them, so they cannot drift apart. A ``Layout`` is rooted where the stages run (the
+repository root for the default pipeline, ``campaign/`` for the seeds campaign)::
+
+    data/<task>/{train,<dev splits>}.jsonl, meta.json          prepare
+    models/<task>/<method>/                                    finetune (MODEL_FILES)
+    models/<task>/.<method>.checkpoint/                        finetune, while it runs
+    models/<task>/<method>/export/                             export-exits
+    reports/<task>/<method>/{metrics.json,curves.json,.csv}    evaluate
+    reports/<task>/{tradeoff.md,...}                           tradeoff
+    reports/<task>/angles/                                     angles
+    runs/<task>/<run>-s<seed>/                                 campaign run
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# prepare
+META = "meta.json"
+
+# finetune: the trained model's folder
+WEIGHTS = "model.safetensors"
+MODEL_CONFIG = "aclpipe_model.json"  # written last: its presence marks a complete model
+TOKENIZER = "tokenizer"
+HISTORY = "history.json"
+STEP_LOG = "steps.jsonl"
+
+# export-exits
+EXPORT = "export"
+EXPORT_MODEL = "model"  # the self-contained model folder inside export/
+TASK_FILE = "aclpipe_task.json"  # task name and label names beside an exported model
+DEV_LOGITS = "dev_logits.npz"
+EXPORT_JSON = "export.json"
+
+# evaluate
+METRICS = "metrics.json"
+CURVES_JSON = "curves.json"
+CURVES_CSV = "curves.csv"
+
+# campaign
+RUN_RECORD = "run.json"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths under one root (the working directory by default)."""
+
+    root: Path = Path(".")
+
+    def data(self, task: str) -> Path:
+        return self.root / "data" / task
+
+    def model(self, task: str, method: str) -> Path:
+        return self.root / "models" / task / method
+
+    def export(self, task: str, method: str) -> Path:
+        return self.model(task, method) / EXPORT
+
+    def reports(self, task: str | None = None) -> Path:
+        return self.root / "reports" if task is None else self.root / "reports" / task
+
+    def report(self, task: str, method: str) -> Path:
+        return self.reports(task) / method
+
+    def angles(self, task: str) -> Path:
+        return self.reports(task) / "angles"
+
+    # the seeds campaign (rooted at campaign/)
+    def run(self, task: str, run: str, seed: int) -> Path:
+        return self.root / "runs" / task / f"{run}-s{seed}"
+
+    def runs(self, task: str) -> Path:
+        return self.root / "runs" / task
+
+    def scratch(self, task: str, run: str, seed: int) -> Path:
+        """Where a campaign run trains before its scores are kept (weights are dropped)."""
+        return self.model(task, f"{run}-s{seed}")
+
+    def run_log(self, task: str, run: str, seed: int) -> Path:
+        return self.root / "models" / task / f"{run}-s{seed}.log"
+
+
+def checkpoint_dir(model_dir: Path) -> Path:
+    """The resumable checkpoint beside a model folder being trained."""
+    return model_dir.parent / f".{model_dir.name}.checkpoint"
