@@ -30,7 +30,7 @@ def test_read_angles_skips_steps_without_two_gradients(tmp_path: Path) -> None:
 def test_angles_command_end_to_end(tmp_path: Path, make_project, monkeypatch) -> None:
     project = make_project(tmp_path / "p", train={"epochs": 1, "batch_size": 8})
     monkeypatch.chdir(project)
-    result = CliRunner().invoke(app, ["angles", "--task", "sst2", "--methods", "scl,acl"])
+    result = CliRunner().invoke(app, ["angles", "--task", "sst2", "-m", "scl", "--method", "acl"])
     assert result.exit_code == 0, result.output
     report = json.loads((project / "reports/sst2/angles/angles.json").read_text())
     assert set(report["methods"]) == {"scl", "acl"}
@@ -49,6 +49,6 @@ def test_angles_refuses_a_method_without_an_auxiliary_term(
 ) -> None:
     project = make_project(tmp_path / "p", train={"epochs": 1, "batch_size": 8})
     monkeypatch.chdir(project)
-    result = CliRunner().invoke(app, ["angles", "--task", "sst2", "--methods", "ce"])
+    result = CliRunner().invoke(app, ["angles", "--task", "sst2", "--method", "ce"])
     assert result.exit_code == 2
     assert "no auxiliary objective" in result.output

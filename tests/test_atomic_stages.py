@@ -147,7 +147,7 @@ STAGES = [
     StageRun(
         "tradeoff",
         ("tradeoff", "--task", "sst2"),
-        ("--methods", "ce"),
+        ("--method", "ce"),
         "exit_scores.png",
         tuple(f"reports/sst2/{n}" for n in NAMES),
     ),

@@ -46,21 +46,18 @@ def _glue_copy(work: Path, folder: str) -> Path:
     return work / "glue-bad" / folder
 
 
-def tsv(file: str, spoil: Callable[[bytes], bytes], folder: str = "SST-2", task: str = "sst2"):
-    """prepare from a GLUE folder whose ``file`` was changed by ``spoil``."""
+def tsv(
+    file: str, spoil: Callable[[bytes], bytes] | None, folder: str = "SST-2", task: str = "sst2"
+) -> Arrange:
+    """prepare from a GLUE folder whose ``file`` was changed by ``spoil`` (None: deleted)."""
 
     def arrange(work: Path) -> list[str]:
         path = _glue_copy(work, folder) / file
-        path.write_bytes(spoil(path.read_bytes()))
+        if spoil is None:
+            path.unlink()
+        else:
+            path.write_bytes(spoil(path.read_bytes()))
         return ["prepare", "--task", task, "--glue-dir", "glue-bad"]
-
-    return arrange
-
-
-def without(file: str) -> Arrange:
-    def arrange(work: Path) -> list[str]:
-        (_glue_copy(work, "SST-2") / file).unlink()
-        return ["prepare", "--task", "sst2", "--glue-dir", "glue-bad"]
 
     return arrange
 
@@ -89,6 +86,16 @@ def setting(section: str, key: str, value) -> Callable[[dict], None]:
     return lambda raw: raw.setdefault(section, {}).__setitem__(key, value)
 
 
+def edit(section: str, key: str, value, args: tuple[str, ...] = ()) -> Arrange:
+    """``args`` (default: finetune ce) with ``section.key: value`` in params.yaml."""
+    return params(setting(section, key, value), *(args or FINETUNE_CE))
+
+
+def sets(*items: str, args: tuple[str, ...] = ()) -> Arrange:
+    """``args`` (default: finetune ce) with ``--set item`` for each item."""
+    return command(*(args or FINETUNE_CE), *(a for item in items for a in ("--set", item)))
+
+
 def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
     def arrange(work: Path) -> list[str]:
         path = work / "models" / "sst2" / "ce" / file
@@ -96,6 +103,11 @@ def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
         return ["evaluate", "--task", "sst2", "--method", "ce"]
 
     return arrange
+
+
+def policy(name: str, threshold: str | None = None) -> Arrange:
+    """predict one sentence with exit policy ``name`` (and ``threshold``)."""
+    return predict("good .\n", "--policy", name, *(("--threshold", threshold) if threshold else ()))
 
 
 def predict(lines: str, *options: str) -> Arrange:
@@ -134,16 +146,18 @@ def _append(line: str) -> Callable[[bytes], bytes]:
     return lambda data: data + line.encode("utf-8")
 
 
-def _blow_up(*extra: str) -> Arrange:
+def _blow_up(lr: str) -> Arrange:
     """Learning rates that make the weights overflow (no clipping, every step at full size)."""
-    return command(
-        "finetune", "--task", "sst2", "--method", "joint", "--set", "train.max_grad_norm=0",
-        "--set", "train.log_every=1000", *extra,
-    )  # fmt: skip
+    return sets("train.max_grad_norm=0", "train.log_every=1000", f"train.lr={lr}",
+                f"train.head_lr={lr}", args=FINETUNE_JOINT)  # fmt: skip
 
 
-FINETUNE_CE = ("finetune", "--task", "sst2", "--method", "ce")
-FINETUNE_JOINT = ("finetune", "--task", "sst2", "--method", "joint")
+def stage(name: str = "finetune", task: str = "sst2", method: str = "ce") -> tuple[str, ...]:
+    return (name, "--task", task, "--method", method)
+
+
+FINETUNE_CE, FINETUNE_JOINT = stage(), stage(method="joint")
+PREPARE = ("prepare", "--task", "sst2")
 _NOT_FOUND = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
 
 CASES: list[Case] = [
@@ -174,12 +188,11 @@ CASES: list[Case] = [
          tsv("dev.tsv", _append("9\tmain\tx\t2012\t0009\tnone\tnone\ta b\tc d\thigh\n"),
              folder="STS-B", task="stsb")),
     Case("glue-file-missing", "dev.tsv missing, and the hub not reachable offline",
-         r"glue-bad/SST-2/dev\.tsv.*HF_HUB_OFFLINE\S* is set",
-         without("dev.tsv")),
+         r"glue-bad/SST-2/dev\.tsv.*HF_HUB_OFFLINE\S* is set", tsv("dev.tsv", None)),
     # models
     Case("model-not-trained", "evaluate a method that was never trained",
          r"no trained model in models/sst2/joint \(missing aclpipe_model\.json",
-         command("evaluate", "--task", "sst2", "--method", "joint")),
+         command(*stage("evaluate", method="joint"))),
     Case("model-truncated", "a truncated model.safetensors",
          r"model in models/sst2/ce is damaged or truncated \(SafetensorError\)",
          spoil_model("model.safetensors", _truncate)),
@@ -187,53 +200,51 @@ CASES: list[Case] = [
          r"model in models/sst2/ce is damaged or truncated \(JSONDecodeError\)",
          spoil_model("aclpipe_model.json", _truncate)),
     Case("export-not-trained", "export a method that was never trained",
-         r"no trained model in models/sst2/joint",
-         command("export-exits", "--task", "sst2", "--method", "joint")),
+         r"no trained model in models/sst2/joint", command(*stage("export-exits", method="joint"))),
     Case("model-id-offline", "a hub model id while offline",
          r"model 'aclpipe-tests/no-such-model' is neither a local folder nor reachable .*HF_HUB_OFFLINE=1",
-         command("prepare", "--task", "sst2", "--set", "model.name=aclpipe-tests/no-such-model")),
+         sets("model.name=aclpipe-tests/no-such-model", args=PREPARE)),
     Case("model-folder-missing", "model.name is a path that does not exist",
-         r"model folder \./no-model not found",
-         command("prepare", "--task", "sst2", "--set", "model.name=./no-model")),
+         r"model folder \./no-model not found", sets("model.name=./no-model", args=PREPARE)),
     Case("model-folder-without-config", "model.name is a folder without config.json",
          r"model folder empty-model has no config\.json", empty_model_folder),
     Case("data-for-another-model", "data prepared with another model.name",
          r"data/sst2 was tokenized for '.*' but model\.name is 'other-model'", other_model),
     Case("data-not-prepared", "finetune before prepare",
          r"data/mrpc/meta\.json not found: run `aclpipe prepare --task mrpc` first",
-         command("finetune", "--task", "mrpc", "--method", "ce")),
+         command(*stage(task="mrpc"))),
     # params.yaml and --set
     Case("params-unknown-key", "a misspelt key in params.yaml",
          r"unknown key train\.learning_rate: valid keys of train are",
-         params(setting("train", "learning_rate", 1e-3), *FINETUNE_CE)),
+         edit("train", "learning_rate", 1e-3)),
     Case("params-unknown-section", "a section params.yaml does not have",
          r"unknown section 'training' in params", params(lambda r: r.update(training={}), *FINETUNE_CE)),
     Case("params-wrong-type", "a word where a number belongs",
          r"train\.epochs must be int, got 'three' \(str\)",
-         params(setting("train", "epochs", "three"), *FINETUNE_CE)),
+         edit("train", "epochs", "three")),
     Case("params-negative-lr", "a negative learning rate",
-         r"train\.lr must be > 0, got -1e-05", params(setting("train", "lr", -1e-5), *FINETUNE_CE)),
+         r"train\.lr must be > 0, got -1e-05", edit("train", "lr", -1e-5)),
     Case("params-batch-size-zero", "batch size 0",
-         r"train\.batch_size must be > 0, got 0", command(*FINETUNE_CE, "--set", "train.batch_size=0")),
+         r"train\.batch_size must be > 0, got 0", sets("train.batch_size=0")),
     Case("params-exits-out-of-range", "model.exits beyond the encoder's layers",
          r"model\.exits \[1, 7\] must be layers in 1\.\.3 \(this encoder has 3 layers\)",
-         params(setting("model", "exits", [1, 7]), *FINETUNE_JOINT)),
+         edit("model", "exits", [1, 7], FINETUNE_JOINT)),
     Case("params-exits-empty", "model.exits an empty list", r"model\.exits is empty",
-         params(setting("model", "exits", []), *FINETUNE_JOINT)),
+         edit("model", "exits", [], FINETUNE_JOINT)),
     Case("params-too-few-exits", "one exit for a multi-exit method",
          r"method joint needs at least two exits but model\.exits is \[3\]",
-         params(setting("model", "exits", [3]), *FINETUNE_JOINT)),
+         edit("model", "exits", [3], FINETUNE_JOINT)),
     Case("params-unknown-pooling", "an unknown pooling",
          r"model\.pooling is 'max': use one of auto, cls, mean, layer-attention",
-         command(*FINETUNE_CE, "--set", "model.pooling=max")),
+         sets("model.pooling=max")),
     Case("params-dropout-out-of-range", "dropout above 1",
-         r"model\.dropout must be in \[0, 1\], got 1\.5", command(*FINETUNE_CE, "--set", "model.dropout=1.5")),
+         r"model\.dropout must be in \[0, 1\], got 1\.5", sets("model.dropout=1.5")),
     Case("params-angle-out-of-range", "an ACL-Grad angle above 180 degrees",
          r"methods\.acl\.max_angle must be in \[0, 180\] degrees",
-         command("finetune", "--task", "sst2", "--method", "acl", "--set", "methods.acl.max_angle=200")),
+         sets("methods.acl.max_angle=200", args=stage(method="acl"))),
     Case("params-unknown-pipeline-task", "pipeline.tasks names an unknown task",
          r"pipeline\.tasks has unknown 'sst5'",
-         params(setting("pipeline", "tasks", ["sst2", "sst5"]), "prepare")),
+         edit("pipeline", "tasks", ["sst2", "sst5"], ("prepare",))),
     Case("params-invalid-yaml", "params.yaml that is not valid YAML",
          r"params\.yaml is not valid YAML at line 2", params_text(b"train:\n\tlr: 1\n", *FINETUNE_CE)),
     Case("params-not-utf8", "params.yaml saved as Latin-1",
@@ -241,45 +252,43 @@ CASES: list[Case] = [
     Case("params-file-missing", "--params names a missing file",
          r"params file nope\.yaml not found", command(*FINETUNE_CE, "--params", "nope.yaml")),
     Case("set-without-value", "--set without =value", r"--set 'train\.lr' is not key=value",
-         command(*FINETUNE_CE, "--set", "train.lr")),
+         sets("train.lr")),
     Case("device-cuda-without-gpu", "train.device=cuda on a machine without a GPU",
-         r"train\.device is cuda but no GPU is visible", command(*FINETUNE_CE, "--set", "train.device=cuda")),
+         r"train\.device is cuda but no GPU is visible", sets("train.device=cuda")),
     # selectors
     Case("unknown-task", "a task that GLUE does not have", r"unknown task 'sst3': use one of cola, sst2",
-         command("finetune", "--task", "sst3", "--method", "ce")),
+         command(*stage(task="sst3"))),
     Case("unknown-method", "a method aclpipe does not have", r"unknown method 'acl_cl': use one of ce, scl",
-         command("finetune", "--task", "sst2", "--method", "acl_cl")),
+         command(*stage(method="acl_cl"))),
     Case("contrastive-on-regression", "a contrastive method on STS-B (regression)",
          r"contrastive methods need class labels; STS-B is regression", regression_task),
     Case("tradeoff-without-results", "tradeoff for a task with no evaluated method",
          r"no results for task mrpc under reports/mrpc", command("tradeoff", "--task", "mrpc")),
     # predict
     Case("predict-unknown-policy", "an exit policy that does not exist",
-         r"unknown policy 'fastest': use one of entropy, patience, confidence",
-         predict("good .\n", "--policy", "fastest")),
+         r"unknown policy 'fastest': use one of entropy, patience, confidence", policy("fastest")),
     Case("predict-entropy-out-of-range", "an entropy threshold above log C",
          r"entropy threshold 5\.0 is outside \[0, log C\] = \[0, 0\.693\]",
-         predict("good .\n", "--policy", "entropy", "--threshold", "5")),
+         policy("entropy", "5")),
     Case("predict-confidence-out-of-range", "a confidence threshold above 1",
          r"confidence threshold 1\.5 is outside \[0, 1\]",
-         predict("good .\n", "--policy", "confidence", "--threshold", "1.5")),
+         policy("confidence", "1.5")),
     Case("predict-patience-fraction", "a patience that is not a whole number",
-         r"patience 0\.5 must be a whole number >= 1",
-         predict("good .\n", "--policy", "patience", "--threshold", "0.5")),
+         r"patience 0\.5 must be a whole number >= 1", policy("patience", "0.5")),
     Case("predict-input-missing", "--input names a missing file", r"input file nope\.txt not found",
-         lambda work: ["predict", "--model", "models/sst2/ce", "--input", "nope.txt", "--output", "out.jsonl"]),
+         command("predict", "--model", "models/sst2/ce", "--input", "nope.txt", "--output", "out.jsonl")),
     Case("predict-line-with-two-tabs", "an input line with two tabs",
          r"input line 2 has 2 tabs: give one sentence per line, or two sentences separated by one tab",
          predict("good .\na\tb\tc\n")),
     Case("predict-model-missing", "--model names a folder without a model",
          r"no trained model in models/sst2/nothing",
-         lambda work: ["predict", "--model", "models/sst2/nothing", "--input", "-"]),
+         command("predict", "--model", "models/sst2/nothing", "--input", "-")),
     # training
     Case("nan-loss", "a learning rate so high that the loss becomes NaN",
          r"loss is nan at step 2 \(stage 1, epoch 1\): the learning rate is likely too high",
-         _blow_up("--set", "train.lr=1e30", "--set", "train.head_lr=1e30")),
+         _blow_up("1e30")),
     Case("lr-overflow", "a learning rate that overflows float32 in the optimizer step",
-         r"train\.lr", _blow_up("--set", "train.lr=1e38", "--set", "train.head_lr=1e38")),
+         r"train\.lr", _blow_up("1e38")),
 ]  # fmt: skip
 _MARKS = {
     "device-cuda-without-gpu": _NOT_FOUND,

@@ -15,11 +15,11 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from aclpipe.cli import app
+from aclpipe.cli import app, parse_list
 from aclpipe.errors import UserError
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.campaign_report import mean_sd, summarise_task, verdict, write_reports
-from aclpipe.study.campaign_runner import _run_logged, parse_list, pending, run_pending
+from aclpipe.study.campaign_runner import _run_logged, pending, run_pending
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -239,10 +239,10 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     result = runner.invoke(app, ["campaign", "run-pending", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output
     for args, message in [
-        (["--seeds", "7"], "seed 7 is not in campaign.seeds"),
-        (["--seeds", "1,x"], "is not a comma-separated list of whole numbers"),
-        (["--tasks", "sst2,"], "has an empty item"),
-        (["--tasks", "qnli"], "task 'qnli' is not in campaign.tasks"),
+        (["--seed", "7"], "seed 7 is not in campaign.seeds"),
+        (["--seed", "1,x"], "is not a comma-separated list of whole numbers"),
+        (["--task", "sst2,"], "has an empty item"),
+        (["--task", "sst2", "-t", "qnli"], "task 'qnli' is not in campaign.tasks"),
         (["--workers", "0"], "--workers 0: give at least 1"),
     ]:
         result = runner.invoke(app, ["campaign", "run-pending", *args, *flag])
@@ -305,9 +305,11 @@ def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
 def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"], seeds=[1, 2])
     campaign = load_campaign(path)
-    assert parse_list(" sst2 ,sst2", "--tasks") == ["sst2"]  # stripped, repeats dropped
-    assert parse_list("2,1,2", "--seeds", int) == [2, 1]
-    assert parse_list(None, "--seeds", int) is None
+    assert parse_list([" sst2 ,sst2"], "--task") == ["sst2"]  # stripped, repeats dropped
+    assert parse_list(["2,1", "2", "3"], "--seed", int) == [2, 1, 3]  # repeated and commas
+    assert parse_list(None, "--seed", int) is None and parse_list([], "--seed") is None
+    with pytest.raises(UserError, match="--task 'sst2,' has an empty item"):
+        parse_list(["sst2,"], "--task")
     fake_run(path.parent, "sst2", "ce", "ce", 1, [0.8], [])
     assert pending(campaign) == [("sst2", "joint", 1), ("sst2", "ce", 2), ("sst2", "joint", 2)]
     assert pending(campaign, seeds=[2]) == [("sst2", "ce", 2), ("sst2", "joint", 2)]

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import typer
 import yaml
 from cli_helpers import invoke
@@ -286,3 +287,47 @@ def test_evaluate_truncated_model(workdir: Path) -> None:
     weights.write_bytes(weights.read_bytes()[:1000])
     assert_user_error(invoke("evaluate", "-t", "sst2", "-m", "ce"), "damaged or truncated")
     assert not (workdir / "reports").exists()
+
+
+# Option style --------------------------------------------------------------------------------
+
+
+def test_help_lists_the_task_and_method_tables() -> None:
+    from aclpipe.data.tasks import TASKS
+    from aclpipe.training.methods import METHODS
+
+    text = " ".join(ok("finetune", "--help").output.split())  # rich wraps the help
+    assert all(name in text for name in [*TASKS, *METHODS])
+    assert "--methods" not in ok("tradeoff", "--help").output  # the old spelling is hidden
+
+
+def test_method_lists_read_the_same_every_way(sst2_run: Path, monkeypatch) -> None:
+    """-m repeated, -m with commas and the hidden old --methods choose the same methods."""
+    monkeypatch.chdir(sst2_run)
+    report = sst2_run / "reports" / "sst2" / "tradeoff.md"
+    texts = []
+    for args in (["-m", "ce", "-m", "joint"], ["-m", " ce,joint"], ["--methods", "ce,joint"],
+                 ["-m", "ce,joint", "-m", "ce"]):  # fmt: skip
+        ok("tradeoff", "-t", "sst2", *args)
+        texts.append(report.read_text())
+    assert texts == [texts[0]] * 4 and "joint" in texts[0] and "deebert" not in texts[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["-m", "ce,"], "--method 'ce,' has an empty item"),
+     (["-m", "ce", "-m", "acl_cl"], "unknown method 'acl_cl'"),
+     (["-t", "sst2,sst3"], "unknown task 'sst3'")],
+)  # fmt: skip
+def test_bad_name_lists(workdir: Path, args: list[str], fragment: str) -> None:
+    assert_user_error(invoke("finetune", "-t", "sst2", *args), fragment)
+    assert not (workdir / "models").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_evaluate_on_cuda_without_a_gpu(workdir: Path) -> None:
+    from aclpipe.modeling.device import pick_device
+
+    assert pick_device("auto") == pick_device("cpu") == "cpu"
+    line = assert_user_error(invoke("evaluate", "-t", "sst2", "--set", "train.device=cuda"))
+    assert line == "error: train.device is cuda but no GPU is visible: set train.device=auto or cpu"

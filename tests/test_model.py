@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from pathlib import Path
 
@@ -140,6 +142,48 @@ def test_load_weights_of_another_spec(tmp_path: Path, tiny_model_dir: Path) -> N
     (tmp_path / "one" / WEIGHTS).write_bytes((tmp_path / "all" / WEIGHTS).read_bytes())
     with pytest.raises(UserError, match="do not match"):
         load_multi_exit(tmp_path / "one")
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, dict):
+        return [*node, *(s for v in node.values() for s in _strings(v))]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_saved_config_holds_no_local_path(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The model name as given, not the folder transformers read it from: the same run saves
+    the same bytes on every machine (the default model resolves to a package folder)."""
+    shutil.copytree(tiny_model_dir, tmp_path / "elsewhere")
+    build(tiny_model_dir).save(tmp_path / "a", base_model=DEFAULT_MODEL)
+    build(tmp_path / "elsewhere").save(tmp_path / "b", base_model=DEFAULT_MODEL)
+    text = (tmp_path / "a" / MODEL_CONFIG).read_text(encoding="utf-8")
+    assert text == (tmp_path / "b" / MODEL_CONFIG).read_text(encoding="utf-8")
+    config = json.loads(text)
+    assert config["base_model"] == DEFAULT_MODEL and "_name_or_path" not in config["encoder"]
+    assert not [s for s in _strings(config) if s.startswith("/") or "site-packages" in s]
+    assert str(tiny_model_dir) not in text and str(tmp_path) not in text
+    loaded = load_multi_exit(tmp_path / "a")  # a re-save (export-exits) keeps the name
+    assert loaded.base_model == DEFAULT_MODEL
+    loaded.save(tmp_path / "c")
+    assert (tmp_path / "c" / MODEL_CONFIG).read_text(encoding="utf-8") == text
+
+
+def test_load_a_config_written_before_base_model(tmp_path: Path, tiny_model_dir: Path) -> None:
+    model = build(tiny_model_dir)
+    model.save(tmp_path / "m")
+    path = tmp_path / "m" / MODEL_CONFIG
+    config = json.loads(path.read_text(encoding="utf-8"))
+    del config["base_model"]
+    config["encoder"]["_name_or_path"] = str(tiny_model_dir)  # as older files have it
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    loaded = load_multi_exit(tmp_path / "m")
+    assert loaded.base_model is None and loaded.spec == model.spec
+    inputs = batch(tiny_model_dir)
+    model.eval(), loaded.eval()
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, loaded(**inputs).logits)
 
 
 @pytest.mark.parametrize("keep", [0, 10, 0.5])

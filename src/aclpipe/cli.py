@@ -2,8 +2,11 @@
 
 Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
 overrides (the same dotted keys as ``dvc exp run -S``). Without ``--task`` a stage runs every
-task in ``pipeline.tasks``; without ``--method``, every method in ``pipeline.methods``.
-Errors a user can fix print one line and exit with code 2 (``--debug`` shows the traceback).
+task in ``pipeline.tasks``; without ``--method``, every method in ``pipeline.methods``. Every
+option that takes several names is repeatable and also reads comma-separated names
+(``-m ce -m joint`` or ``-m ce,joint``; ``parse_list``). Each command parses its options and
+calls one stage function; paths come from ``aclpipe.layout``. Errors a user can fix print one
+line and exit with code 2 (``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import Layout
+from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
+from aclpipe.training.methods import METHODS, check_method  # the table the help text lists
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
@@ -30,25 +35,46 @@ console = Console()
 err_console = Console(stderr=True)
 _state = {"debug": False}
 LAYOUT = Layout()  # the default pipeline's folders, relative to where aclpipe runs
+REPORTS, STS_REPORT = LAYOUT.reports(), LAYOUT.sts_report()  # defaults of --reports, --out
 
-TaskOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--task",
-        "-t",
-        help="GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
-        "Default: every task in pipeline.tasks of the params file.",
-    ),
-]
-MethodOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--method",
-        "-m",
-        help="Method: ce, scl, acl, joint, deebert, deebert-sd, romebert or acl-cl. "
-        "Default: every method in pipeline.methods of the params file.",
-    ),
-]
+
+def _names_option(*names: str, what: str = "", default: str = "", hidden: bool = False):
+    """A repeatable option of names, each value also read as comma-separated names
+    (``parse_list``)."""
+    text = f"{what}; repeat the option, or separate names with commas, for several. {default}"
+    return Annotated[list[str] | None, typer.Option(*names, help=text, hidden=hidden)]
+
+
+TaskOpt = _names_option(
+    "--task",
+    "-t",
+    what=f"GLUE task: {', '.join(TASKS)}",
+    default="Default: every task in pipeline.tasks of the params file.",
+)
+MethodOpt = _names_option(
+    "--method",
+    "-m",
+    what=f"Method: {', '.join(METHODS)}",
+    default="Default: every method in pipeline.methods of the params file.",
+)
+CompareOpt = _names_option(
+    "--method",
+    "-m",
+    what="Method to compare",
+    default="Default: every method with results under reports/<task>/.",
+)
+AuxMethodOpt = _names_option(
+    "--method",
+    "-m",
+    what="Method with an auxiliary objective: scl, acl, romebert or acl-cl",
+    default="Default: scl and acl.",
+)
+MethodsAlias = _names_option("--methods", hidden=True)  # an earlier release's; still read
+PoolingOpt = _names_option(
+    "--pooling",
+    what="Pooling to compare: cls, mean or layer-attention",
+    default="Default: all three.",
+)
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Params file (YAML) holding every knob.")]
 SetOpt = Annotated[
     list[str] | None,
@@ -104,34 +130,50 @@ def user_errors(fn):
     return wrapper
 
 
+def parse_list(values: list[str] | None, option: str, kind: type = str) -> list | None:
+    """The values of a repeatable list option, each also split at commas: ``["a, b", "a"]`` ->
+    ``["a", "b"]`` (stripped, repeats dropped, an empty item an error); none given -> None."""
+    if not values:
+        return None
+    items = []
+    for text in values:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise UserError(f"{option} {text!r} has an empty item: give a comma-separated list")
+        try:
+            items += [kind(part) for part in parts]
+        except ValueError:
+            raise UserError(
+                f"{option} {text!r} is not a comma-separated list of whole numbers"
+            ) from None
+    return list(dict.fromkeys(items))
+
+
 def _load(params_path: Path, overrides: list[str] | None):
     from aclpipe.config import load_params
 
     return load_params(params_path, overrides or [])
 
 
-def _tasks(task: str | None, params):
-    from aclpipe.data.tasks import get_task
-
-    names = [task] if task else params.pipeline.tasks
+def _tasks(task: list[str] | None, params) -> list[Task]:
+    names = parse_list(task, "--task") or params.pipeline.tasks
     if not names:
         raise UserError("no task given and pipeline.tasks is empty: pass --task")
     return [get_task(n) for n in names]
 
 
-def _methods(method: str | None, params) -> list[str]:
-    return _methods_list([method] if method else params.pipeline.methods)
-
-
-def _methods_list(names: list[str]) -> list[str]:
-    from aclpipe.training.methods import METHODS
-
-    for name in names:
-        if name not in METHODS:
-            raise UserError(f"unknown method {name!r}: use one of {', '.join(METHODS)}")
+def _methods(method: list[str] | None, default: list[str]) -> list[str]:
+    names = parse_list(method, "--method") or default
     if not names:
-        raise UserError("no method given and pipeline.methods is empty: pass --method(s)")
-    return names
+        raise UserError("no method given and pipeline.methods is empty: pass --method")
+    return [check_method(n) for n in names]
+
+
+def _task_methods(task: list[str] | None, method: list[str] | None, params):
+    """Every (task, method) pair a stage runs: the options, else pipeline.tasks and .methods;
+    all names are checked before the first pair runs."""
+    tasks, methods = _tasks(task, params), _methods(method, params.pipeline.methods)
+    return [(t, m) for t in tasks for m in methods]
 
 
 @app.command()
@@ -154,14 +196,10 @@ def prepare(
     from aclpipe.data.prepare import resolve_glue_dir
 
     p = _load(params, set)
+    glue, model = resolve_glue_dir(p.data, glue_dir), p.model
     for t in _tasks(task, p):
         meta = run_prepare(
-            t,
-            p.data,
-            p.model.name,
-            LAYOUT.data(t.name),
-            resolve_glue_dir(p.data, glue_dir),
-            p.model.trust_remote_code,
+            t, p.data, model.name, LAYOUT.data(t.name), glue, model.trust_remote_code
         )
         console.print(f"prepared {t.name} from {meta['source']}: {_counts(meta)}", highlight=False)
 
@@ -178,11 +216,10 @@ def finetune(
     from aclpipe.training.loop import finetune as run_finetune
 
     p = _load(params, set)
-    for t in _tasks(task, p):
-        for m in _methods(method, p):
-            run_finetune(t, m, p, LAYOUT.data(t.name), LAYOUT.model(t.name, m), console)
-            if os.environ.get("RANK", "0") == "0":  # once under torchrun
-                console.print(f"saved {LAYOUT.model(t.name, m)}", highlight=False)
+    for t, m in _task_methods(task, method, p):
+        run_finetune(t, m, p, LAYOUT.data(t.name), LAYOUT.model(t.name, m), console)
+        if os.environ.get("RANK", "0") == "0":  # once under torchrun
+            console.print(f"saved {LAYOUT.model(t.name, m)}", highlight=False)
 
 
 @app.command()
@@ -194,24 +231,14 @@ def evaluate(
     set: SetOpt = None,
 ) -> None:
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
-    import torch
-
     from aclpipe.evaluation.evaluate import evaluate as run_evaluate
+    from aclpipe.modeling.device import pick_device
 
     p = _load(params, set)
-    device = "cuda" if p.train.device != "cpu" and torch.cuda.is_available() else "cpu"
-    for t in _tasks(task, p):
-        for m in _methods(method, p):
-            run_evaluate(
-                t,
-                m,
-                LAYOUT.model(t.name, m),
-                LAYOUT.data(t.name),
-                LAYOUT.report(t.name, m),
-                p.evaluate,
-                device,
-                console,
-            )
+    device = pick_device(p.train.device)
+    for t, m in _task_methods(task, method, p):
+        data, out = LAYOUT.data(t.name), LAYOUT.report(t.name, m)
+        run_evaluate(t, m, LAYOUT.model(t.name, m), data, out, p.evaluate, device, console)
 
 
 @app.command("export-exits")
@@ -231,19 +258,10 @@ def export_exits(
     from aclpipe.early_exit.export import export_exits as run_export
 
     p = _load(params, set)
-    for t in _tasks(task, p):
-        for m in _methods(method, p):
-            model_dir = LAYOUT.model(t.name, m)
-            run_export(
-                t,
-                model_dir,
-                LAYOUT.data(t.name),
-                LAYOUT.export(t.name, m),
-                batch_size=p.evaluate.batch_size,
-                opset=opset,
-                console=console,
-            )
-            console.print(f"exported {LAYOUT.export(t.name, m)}", highlight=False)
+    for t, m in _task_methods(task, method, p):
+        data, out = LAYOUT.data(t.name), LAYOUT.export(t.name, m)
+        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console)
+        console.print(f"exported {out}", highlight=False)
 
 
 @app.command()
@@ -298,28 +316,19 @@ def predict(
 @user_errors
 def tradeoff(
     task: TaskOpt = None,
-    methods: Annotated[
-        str | None,
-        typer.Option(
-            "--methods",
-            help="Comma-separated methods to compare (default: every "
-            "method with results under reports/<task>/).",
-        ),
-    ] = None,
+    method: CompareOpt = None,
+    methods: MethodsAlias = None,
     params: ParamsOpt = Path("params.yaml"),
     set: SetOpt = None,
 ) -> None:
     """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
     score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
-    from aclpipe.data.tasks import get_task
     from aclpipe.study.tradeoff import tradeoff as run_tradeoff
 
     p = _load(params, set)
-    chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
-    names = [task] if task else p.pipeline.tasks
-    for name in names:
-        get_task(name)
-        run_tradeoff(name, LAYOUT.reports(), chosen, console=console)
+    chosen = parse_list((method or []) + (methods or []), "--method")
+    for t in _tasks(task, p):
+        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console)
 
 
 @app.command()
@@ -328,14 +337,8 @@ def angles(
     task: Annotated[
         str, typer.Option("--task", "-t", help="GLUE task (the paper uses rte).")
     ] = "rte",
-    methods: Annotated[
-        str,
-        typer.Option(
-            "--methods",
-            help="Comma-separated methods with an auxiliary objective, e.g. "
-            "scl,acl (also romebert, acl-cl).",
-        ),
-    ] = "scl,acl",
+    method: AuxMethodOpt = None,
+    methods: MethodsAlias = None,
     params: ParamsOpt = Path("params.yaml"),
     set: SetOpt = None,
 ) -> None:
@@ -346,16 +349,9 @@ def angles(
     from aclpipe.study.angles import run_angles
 
     p = _load(params, set)
-    (t,) = _tasks(task, p)
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    run_angles(
-        t,
-        _methods_list(names),
-        p,
-        LAYOUT.data(t.name),
-        LAYOUT.angles(t.name),
-        console,
-    )
+    t = get_task(task)
+    chosen = _methods((method or []) + (methods or []), ["scl", "acl"])
+    run_angles(t, chosen, p, LAYOUT.data(t.name), LAYOUT.angles(t.name), console)
 
 
 @app.command("sts-eval")
@@ -371,12 +367,10 @@ def sts_eval(
             "(default: GLUE_DIR, then data.glue_dir; else the hub).",
         ),
     ] = None,
-    poolings: Annotated[
-        str, typer.Option("--poolings", help="Comma-separated poolings to compare.")
-    ] = "cls,mean,layer-attention",
-    out: Annotated[Path, typer.Option("--out", help="Where to write the JSON report.")] = Path(
-        "reports/stsb/sts_embeddings.json"
-    ),
+    pooling: PoolingOpt = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Where to write the JSON report.")
+    ] = STS_REPORT,
 ) -> None:
     """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
 
@@ -384,20 +378,16 @@ def sts_eval(
     sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
     setting). Prints a table and writes JSON."""
     from aclpipe.data.prepare import resolve_glue_dir
-    from aclpipe.study.sts_eval import render_sts_table, sts_embedding_eval, write_sts_report
+    from aclpipe.study import sts_eval as sts
 
     p = _load(params, set)
-    names = tuple(x.strip() for x in poolings.split(",") if x.strip())
-    result = sts_embedding_eval(
-        p.model.name,
-        resolve_glue_dir(p.data, glue_dir),
-        p.data.hub_id,
-        poolings=names,
-        max_length=p.data.max_length,
-        batch_size=p.evaluate.batch_size,
+    names = parse_list(pooling, "--pooling") or sts.POOLINGS
+    glue = resolve_glue_dir(p.data, glue_dir)
+    result = sts.sts_embedding_eval(
+        p.model.name, glue, p.data.hub_id, names, p.data.max_length, p.evaluate.batch_size
     )
-    console.print(render_sts_table(result))
-    write_sts_report(result, out)
+    console.print(sts.render_sts_table(result))
+    sts.write_sts_report(result, out)
     console.print(f"wrote {out}", highlight=False)
 
 
@@ -411,6 +401,8 @@ CampaignOpt = Annotated[
     Path,
     typer.Option("--campaign", help="Campaign params: shared knobs plus a campaign: section."),
 ]
+RunTasksOpt = _names_option("--task", "-t", what="Task", default="Default: campaign.tasks.")
+RunSeedsOpt = _names_option("--seed", what="Seed", default="Default: campaign.seeds.")
 
 
 @campaign_app.command("prepare")
@@ -450,23 +442,18 @@ def campaign_run_pending(
     workers: Annotated[
         int, typer.Option("--workers", "-w", help="Runs at a time (a GPU takes several).")
     ] = 1,
-    tasks: Annotated[
-        str | None, typer.Option("--tasks", help="Comma-separated tasks (default: all).")
-    ] = None,
-    seeds: Annotated[
-        str | None, typer.Option("--seeds", help="Comma-separated seeds (default: all).")
-    ] = None,
+    task: RunTasksOpt = None,
+    seed: RunSeedsOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
     again."""
     from aclpipe.study.campaign import load_campaign
-    from aclpipe.study.campaign_runner import commit_command, parse_list, run_pending
+    from aclpipe.study.campaign_runner import commit_command, run_pending
 
     spec = load_campaign(campaign)
-    task_list = parse_list(tasks, "--tasks")
-    seed_list = parse_list(seeds, "--seeds", int)
+    task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
     done, failed = run_pending(spec, workers, console, task_list, seed_list)
     if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
@@ -487,7 +474,7 @@ def campaign_report(
     campaign: CampaignOpt = Path("campaign/params.yaml"),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where results.md and README.md go.")
-    ] = Path("reports"),
+    ] = REPORTS,
 ) -> None:
     """Aggregate the finished runs into reports/<task>/results.{md,json}, plots, and
     reports/README.md (mean ± sd over seeds; no model is run)."""
@@ -498,14 +485,14 @@ def campaign_report(
     summaries = write_reports(spec, reports)
     if not summaries:
         raise UserError(
-            f"no finished runs under {spec.root / 'runs'}: run `dvc repro campaign/dvc.yaml` "
+            f"no finished runs under {spec.layout.runs()}: run `dvc repro campaign/dvc.yaml` "
             "(or `aclpipe campaign run ...`) first"
         )
     for task, summary in summaries.items():
         console.print(
-            f"wrote {reports / task / 'results.md'} ({summary['finished']} runs)", highlight=False
+            f"wrote {reports / task / RESULTS_MD} ({summary['finished']} runs)", highlight=False
         )
-    console.print(f"wrote {reports / 'README.md'}", highlight=False)
+    console.print(f"wrote {reports / REPORTS_README}", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

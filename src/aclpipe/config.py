@@ -243,23 +243,18 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
     if not isinstance(methods_raw, dict):
         raise UserError("methods must be a mapping of method name to its knobs")
     from aclpipe.data.tasks import TASKS
-    from aclpipe.training.methods import METHODS  # here: methods.py imports this module
+    from aclpipe.training.methods import check_method  # here: methods.py imports this module
 
     pipeline = built["pipeline"]
-    for key, names, valid in (
-        ("tasks", pipeline.tasks, TASKS),
-        ("methods", pipeline.methods, METHODS),
-        ("export_methods", pipeline.export_methods, METHODS),
-    ):
-        for name in names:
-            if name not in valid:
-                raise UserError(f"pipeline.{key} has unknown {name!r}: use {', '.join(valid)}")
+    for name in pipeline.tasks:
+        if name not in TASKS:
+            raise UserError(f"pipeline.tasks has unknown {name!r}: use {', '.join(TASKS)}")
+    for key in ("methods", "export_methods"):
+        for name in getattr(pipeline, key):
+            check_method(name, f"pipeline.{key} has unknown {name!r}")
     built["methods"] = {}
     for method, knobs in methods_raw.items():
-        if method not in METHODS:
-            raise UserError(
-                f"unknown method section methods.{method}: valid methods are {', '.join(METHODS)}"
-            )
+        check_method(method, f"unknown method section methods.{method}")
         if knobs is not None and not isinstance(knobs, dict):
             raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
         merged = {**METHOD_DEFAULTS.get(method, {}), **(knobs or {})}

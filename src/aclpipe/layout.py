@@ -11,6 +11,8 @@ repository root for the default pipeline, ``campaign/`` for the seeds campaign):
     reports/<task>/<method>/{metrics.json,curves.json,.csv}    evaluate
     reports/<task>/{tradeoff.md,...}                           tradeoff
     reports/<task>/angles/                                     angles
+    reports/stsb/sts_embeddings.json                           sts-eval
+    reports/{README.md,<task>/results.{md,json}}               campaign report
     runs/<task>/<run>-s<seed>/                                 campaign run
 """
 
@@ -41,8 +43,14 @@ METRICS = "metrics.json"
 CURVES_JSON = "curves.json"
 CURVES_CSV = "curves.csv"
 
+# sts-eval
+STS_REPORT = "sts_embeddings.json"  # under reports/stsb/
+
 # campaign
 RUN_RECORD = "run.json"
+RESULTS_MD = "results.md"  # reports/<task>/, with results.json and plots
+RESULTS_JSON = "results.json"
+REPORTS_README = "README.md"  # reports/, the campaign's overview
 
 
 @dataclass(frozen=True)
@@ -69,12 +77,15 @@ class Layout:
     def angles(self, task: str) -> Path:
         return self.reports(task) / "angles"
 
+    def sts_report(self) -> Path:
+        return self.reports("stsb") / STS_REPORT
+
     # the seeds campaign (rooted at campaign/)
     def run(self, task: str, run: str, seed: int) -> Path:
         return self.root / "runs" / task / f"{run}-s{seed}"
 
-    def runs(self, task: str) -> Path:
-        return self.root / "runs" / task
+    def runs(self, task: str | None = None) -> Path:
+        return self.root / "runs" if task is None else self.root / "runs" / task
 
     def scratch(self, task: str, run: str, seed: int) -> Path:
         """Where a campaign run trains before its scores are kept (weights are dropped)."""

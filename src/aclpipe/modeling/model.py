@@ -168,11 +168,24 @@ class MultiExitModel(nn.Module):
                 groups["inner_exits"].append(name)
         return groups
 
-    def save(self, folder: Path) -> None:
-        """Write ``model.safetensors`` and ``aclpipe_model.json`` into ``folder``."""
+    base_model: str | None = None  # model.name as the user gave it; load_multi_exit sets it
+
+    def save(self, folder: Path, base_model: str | None = None) -> None:
+        """Write ``model.safetensors`` and ``aclpipe_model.json`` into ``folder``.
+
+        ``base_model`` (default: the one this model was loaded with) is recorded as given, in
+        place of the encoder config's ``_name_or_path``: that is where transformers read the
+        encoder from, a folder of this machine, which would make the same run differ by machine.
+        """
         folder.mkdir(parents=True, exist_ok=True)
         save_model(self, str(folder / WEIGHTS))
-        config = {"spec": asdict(self.spec), "encoder": self.encoder.config.to_dict()}
+        encoder = self.encoder.config.to_dict()
+        encoder.pop("_name_or_path", None)
+        config = {
+            "base_model": base_model or self.base_model,
+            "spec": asdict(self.spec),
+            "encoder": encoder,
+        }
         (folder / MODEL_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
@@ -192,10 +205,11 @@ def load_multi_exit(folder: Path) -> MultiExitModel:
         )
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-        encoder_config = dict(config["encoder"])
+        encoder_config = dict(config["encoder"])  # older files also hold _name_or_path
         model_type = encoder_config.pop("model_type")
         encoder = AutoModel.from_config(AutoConfig.for_model(model_type, **encoder_config))
         model = MultiExitModel(encoder, ExitSpec(**config["spec"]))
+        model.base_model = config.get("base_model")
         missing, unexpected = load_model(model, str(weights), strict=False)
     except (SafetensorError, json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as err:
         raise UserError(

@@ -128,7 +128,7 @@ def load_campaign(path: Path) -> Campaign:
             f"unknown key campaign.{sorted(unknown)[0]} in {path}: use tasks, seeds, runs, "
             "variants, task_settings"
         )
-    from aclpipe.training.methods import METHODS
+    from aclpipe.training.methods import METHODS, check_method
 
     tasks, seeds, runs = spec.get("tasks"), spec.get("seeds"), spec.get("runs")
     for key, value in (("tasks", tasks), ("seeds", seeds), ("runs", runs)):
@@ -140,9 +140,11 @@ def load_campaign(path: Path) -> Campaign:
         raise UserError(f"campaign.seeds in {path} must be whole numbers, got {seeds}")
     variants = {}
     for name, body in (spec.get("variants") or {}).items():
-        if not isinstance(body, dict) or body.get("method") not in METHODS:
-            raise UserError(f"campaign.variants.{name} needs method: one of {', '.join(METHODS)}")
-        variants[name] = Variant(body["method"], dict(body.get("set") or {}))
+        method = body.get("method") if isinstance(body, dict) else None
+        variants[name] = Variant(
+            check_method(method, f"campaign.variants.{name} needs method"),
+            dict(body.get("set") or {}),
+        )
     for name in runs:
         if name not in METHODS and name not in variants:
             raise UserError(
@@ -185,10 +187,9 @@ def prepare_task(campaign: Campaign, task_name: str, console: Console) -> dict:
 
 def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Console) -> Path:
     """Train, score and sweep one run; write its folder (atomically) and drop the weights."""
-    import torch
-
     from aclpipe.data.prepared import load_meta
     from aclpipe.evaluation.evaluate import evaluate
+    from aclpipe.modeling.device import pick_device
     from aclpipe.training.loop import finetune
 
     task, variant = get_task(task_name), campaign.variant(run)
@@ -198,7 +199,7 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
     out = campaign.run_dir(task.name, run, seed)
     finetune(task, variant.method, params, data_dir, scratch, console)  # resumes if cut off
     with atomic.atomic_dir(out) as tmp:
-        device = "cuda" if params.train.device != "cpu" and torch.cuda.is_available() else "cpu"
+        device = pick_device(params.train.device)
         evaluate(task, variant.method, scratch, data_dir, tmp, params.evaluate, device, console)
         for name in (HISTORY, STEP_LOG):
             shutil.copyfile(scratch / name, tmp / name)

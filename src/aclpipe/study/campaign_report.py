@@ -18,7 +18,16 @@ from typing import Any
 
 from aclpipe import atomic
 from aclpipe.data.tasks import get_task
-from aclpipe.layout import CURVES_JSON, METRICS, RUN_RECORD, STEP_LOG, Layout
+from aclpipe.layout import (
+    CURVES_JSON,
+    METRICS,
+    REPORTS_README,
+    RESULTS_JSON,
+    RESULTS_MD,
+    RUN_RECORD,
+    STEP_LOG,
+    Layout,
+)
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.tradeoff_plots import _figure, _save
 
@@ -473,11 +482,11 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
             continue
         summaries[task] = summary
         out = reports_dir / task
-        atomic.write_text(out / "results.json", json.dumps(summary, indent=2) + "\n")
-        atomic.write_text(out / "results.md", task_markdown(campaign, summary))
+        atomic.write_text(out / RESULTS_JSON, json.dumps(summary, indent=2) + "\n")
+        atomic.write_text(out / RESULTS_MD, task_markdown(campaign, summary))
         draw_exit_scores(summary, out / "results_exits.png")
         if any("angles" in e for e in summary["runs"].values()):
             draw_angle_histograms(summary, out / "results_angles.png")
     if summaries:
-        atomic.write_text(reports_dir / "README.md", overview_markdown(campaign, summaries))
+        atomic.write_text(reports_dir / REPORTS_README, overview_markdown(campaign, summaries))
     return summaries

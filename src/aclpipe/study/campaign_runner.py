@@ -21,22 +21,6 @@ from aclpipe.layout import META
 from aclpipe.study.campaign import Campaign, load_campaign, run_one
 
 
-def parse_list(text: str | None, option: str, kind: type = str) -> list | None:
-    """``"a, b,a"`` -> ``["a", "b"]`` (stripped, repeats dropped); ``None`` -> ``None``."""
-    if text is None:
-        return None
-    items = [item.strip() for item in text.split(",")]
-    if not all(items):
-        raise UserError(f"{option} {text!r} has an empty item: give a comma-separated list")
-    try:
-        values = [kind(item) for item in items]
-    except ValueError:
-        raise UserError(
-            f"{option} {text!r} is not a comma-separated list of whole numbers"
-        ) from None
-    return list(dict.fromkeys(values))
-
-
 def pending(
     campaign: Campaign, tasks: list[str] | None = None, seeds: list[int] | None = None
 ) -> list[tuple[str, str, int]]:

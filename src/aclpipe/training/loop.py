@@ -376,7 +376,7 @@ def finetune(
         progress.stop()
     if main_process:
         with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
-            model.save(tmp)
+            model.save(tmp, base_model=params.model.name)
             _save_tokenizer(params, tmp / TOKENIZER)
             summary = {
                 "task": task.name,

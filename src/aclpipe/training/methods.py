@@ -249,7 +249,12 @@ METHODS: dict[str, Callable[[MethodConfig], Method]] = {
 
 
 def build_method(name: str, cfg: MethodConfig) -> Method:
-    try:
-        return METHODS[name](cfg)
-    except KeyError:
-        raise UserError(f"unknown method {name!r}: use one of {', '.join(METHODS)}") from None
+    return METHODS[check_method(name)](cfg)
+
+
+def check_method(name: str, problem: str | None = None) -> str:
+    """``name`` if ``METHODS`` has it; else a one-line ``UserError``: ``problem`` (default
+    ``unknown method 'name'``) followed by the valid names. Every method check goes here."""
+    if not isinstance(name, str) or name not in METHODS:
+        raise UserError(f"{problem or f'unknown method {name!r}'}: use one of {', '.join(METHODS)}")
+    return name
