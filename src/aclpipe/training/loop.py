@@ -137,8 +137,7 @@ def backward(
     if aux is not None:
         log["aux"] = aux.item()
         log["loss"] += log["aux"]
-    two_grads = aux is not None and (stage.rule != "sum" or record_angles)
-    if not two_grads:
+    if not stage.separate_gradients(record_angles):
         accelerator.backward(main if aux is None else main + aux)
         return log
     params = [p for _, p in named_trainable]
@@ -146,9 +145,9 @@ def backward(
     g_aux = torch.autograd.grad(aux, params, allow_unused=True)
     # decide on the gradients averaged over processes, as one process at the global batch would
     g_main, g_aux = all_reduce_mean(g_main, params), all_reduce_mean(g_aux, params)
-    scoped = scope_mask(named_trainable, stage.grad_scope)
+    scoped = scope_mask(named_trainable, stage.rule.scope)
     grads, outcome = combine_gradients(  # in place: g_main is this step's own fresh tensors
-        stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle, in_place=True
+        stage.rule, list(g_main), list(g_aux), scoped, in_place=True
     )
     for p, g in zip(params, grads):
         p.grad = None if g is None else g.detach()
@@ -293,7 +292,7 @@ def finetune(
             scheduler.load_state_dict(resumed.scheduler_state)
         wrapped = accelerator.prepare_model(model)  # DDP over several processes
         named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        two_grads = stage.aux is not None and (stage.rule != "sum" or t.record_angles)
+        two_grads = stage.separate_gradients(t.record_angles)
         progress.start(
             f"{method.name} stage {stage_index + 1}/{len(method.stages)}", t.epochs * per_epoch
         )

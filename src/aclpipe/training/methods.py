@@ -1,22 +1,31 @@
-"""Methods as data: which objectives, which stages, which parameters, which gradient rule.
+"""Methods as data: which objectives, which stages, which knobs, which gradient rule.
 
 The training loop never looks at a method's name. It runs ``method.stages`` in order; in each
 it trains the parameter groups ``stage.trains``, computes ``stage.main`` and ``stage.aux`` on
-the model's all-exit output, and combines their gradients with ``stage.rule``
-(``aclpipe.training.grad_rules``). Definitions: ../shared/METHODS.md. Adding a method means adding a
-builder to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
+the model's all-exit output, and combines their gradients with ``stage.rule`` (a value from
+``aclpipe.training.grad_rules``). Each method's knobs are one typed record below, with one
+default per knob; params.yaml's ``methods.<name>`` section fills it (``aclpipe.config``).
+Definitions: ../shared/METHODS.md. Adding a method means adding its knobs record and builder
+to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from aclpipe.config import MethodConfig
 from aclpipe.errors import UserError
+from aclpipe.training.grad_rules import (
+    AclGrad,
+    GradientRegularization,
+    GradientRule,
+    PlainSum,
+    Scope,
+)
 from aclpipe.training.objectives import (
     acl_embed_loss,
     cross_layer_acl_loss,
@@ -24,6 +33,68 @@ from aclpipe.training.objectives import (
     scl_loss,
     self_distill_loss,
 )
+
+# Per-exit CE weights of the multi-exit methods: uniform 1/|E| | linear l_k / sum l (PABEE).
+ExitWeights = Literal["uniform", "linear"]
+
+
+# Knobs: one record per method (METHODS.md gives every default) ------------------------------
+
+
+@dataclass(frozen=True)
+class NoKnobs:
+    """ce and deebert take no knobs."""
+
+
+@dataclass(frozen=True)
+class SclKnobs:
+    """scl: ``(1 - lam) CE + lam SupCon`` (Gunel et al. 2020, whose defaults these are)."""
+
+    tau: float = 0.3  # SupCon temperature
+    lam: float = 0.3  # weight of the SupCon term (CE gets 1 - lam)
+
+
+@dataclass(frozen=True)
+class AclKnobs:
+    """acl: ``CE + lam L_acl`` (ACL-Embed), combined by ACL-Grad."""
+
+    tau: float = 0.1  # SupCon temperature of L_acl
+    lam: float = 0.5  # weight of L_acl
+    acl_grad: bool = True  # ACL-Grad: drop L_acl at a step whose gradients conflict (False: sum)
+    max_angle: float = 90.0  # ACL-Grad: the gradients conflict above this angle (degrees)
+    grad_scope: Scope = "encoder"  # parameters ACL-Grad's cosine is taken over
+
+
+@dataclass(frozen=True)
+class JointKnobs:
+    """joint: ``sum_k w_k CE(logits_k, y)``."""
+
+    weights: ExitWeights = "uniform"  # w_k: uniform 1/|E| | linear l_k / sum l (PABEE)
+
+
+@dataclass(frozen=True)
+class DeebertSdKnobs:
+    """deebert-sd: stage 2 minimises ``sum_{k<L} SD_k`` (RomeBERT's self-distillation term)."""
+
+    gamma: float = 0.9  # weight of the KL part of SD_k (CE gets 1 - gamma)
+    T: float = 3.0  # distillation temperature
+
+
+@dataclass(frozen=True)
+class RomebertKnobs(DeebertSdKnobs):
+    """romebert: deebert-sd's ``SD_k`` knobs, and Gradient Regularization against the final CE."""
+
+    gr: bool = True  # Gradient Regularization on conflict (False: plain sum)
+    grad_scope: Scope = "encoder-weights"  # GR's parameters: layer weight matrices, as its code
+
+
+@dataclass(frozen=True)
+class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
+    """acl-cl: acl's knobs at the deepest exit, joint's exit weights for the main term,
+    deebert-sd's ``gamma`` and ``T`` for the KL term (with ``sd``), and these."""
+
+    lam_cl: float = 0.5  # weight of the cross-layer ACL term (a mean over student exits)
+    sd: bool = False  # add the KL self-distillation term (an ablation)
 
 
 @dataclass
@@ -62,9 +133,12 @@ class Stage:
     trains: tuple[str, ...]  # parameter groups: encoder, final_exit, inner_exits
     main: Objective
     aux: Objective | None = None  # the term a gradient rule may drop or project against
-    rule: str = "sum"  # sum | acl-grad | gr (aclpipe.training.grad_rules)
-    grad_scope: str = "encoder"  # parameters the rule's cosine and projection look at
-    max_angle: float = 90.0  # acl-grad: conflict above this angle (degrees)
+    rule: GradientRule = PlainSum()  # how the main and aux gradients combine
+
+    def separate_gradients(self, record_angles: bool) -> bool:
+        """Whether a step takes the main and aux gradients apart (two autograd passes) rather
+        than backpropagating their sum once: the rule looks at both, or angles are recorded."""
+        return self.aux is not None and (self.rule.needs_both_gradients or record_angles)
 
 
 @dataclass(frozen=True)
@@ -84,7 +158,7 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> t
     return F.cross_entropy(logits, labels)
 
 
-def exit_weights(num_exits: int, scheme: str) -> list[float]:
+def exit_weights(num_exits: int, scheme: ExitWeights) -> list[float]:
     """``uniform``: 1/|E|; ``linear``: k / sum k (PABEE). They sum to 1."""
     raw = [1.0] * num_exits if scheme == "uniform" else [float(k) for k in range(1, num_exits + 1)]
     return [w / sum(raw) for w in raw]
@@ -103,7 +177,7 @@ def _inner(x: LossInputs) -> range:
     return range(x.logits.shape[0] - 1)
 
 
-def _weighted_ce(scheme: str) -> Objective:
+def _weighted_ce(scheme: ExitWeights) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         weights = exit_weights(x.logits.shape[0], scheme)
         return sum(w * x.ce(k) for k, w in enumerate(weights))
@@ -115,7 +189,7 @@ def _inner_ce(x: LossInputs) -> torch.Tensor:
     return sum(x.ce(k) for k in _inner(x))
 
 
-def _inner_sd(cfg: MethodConfig) -> Objective:
+def _inner_sd(cfg: DeebertSdKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         return x.local_weight * sum(
             self_distill_loss(
@@ -135,7 +209,7 @@ def _needs_classes(x: LossInputs) -> None:
         )
 
 
-def _scl_term(cfg: MethodConfig) -> Objective:
+def _scl_term(cfg: SclKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * scl_loss(x.features[-1], x.pool_labels, cfg.tau)
@@ -143,7 +217,7 @@ def _scl_term(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _acl_term(cfg: MethodConfig) -> Objective:
+def _acl_term(cfg: AclKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * acl_embed_loss(
@@ -153,7 +227,7 @@ def _acl_term(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _acl_cl_aux(cfg: MethodConfig) -> Objective:
+def _acl_cl_aux(cfg: AclClKnobs) -> Objective:
     acl = _acl_term(cfg)
 
     def loss(x: LossInputs) -> torch.Tensor:
@@ -175,29 +249,30 @@ def _acl_cl_aux(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _ce(cfg: MethodConfig) -> Method:
+def _ce(cfg: NoKnobs) -> Method:
     return Method("ce", False, (Stage(ALL, _final_ce),))
 
 
-def _scl(cfg: MethodConfig) -> Method:
+def _scl(cfg: SclKnobs) -> Method:
     def main(x: LossInputs) -> torch.Tensor:
         return (1 - cfg.lam) * _final_ce(x)
 
     return Method("scl", False, (Stage(ALL, main, _scl_term(cfg)),))
 
 
-def _acl(cfg: MethodConfig) -> Method:
-    rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method(
-        "acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), rule, cfg.grad_scope, cfg.max_angle),)
-    )
+def _acl_grad(cfg: AclKnobs) -> GradientRule:
+    return AclGrad(cfg.max_angle, cfg.grad_scope) if cfg.acl_grad else PlainSum(cfg.grad_scope)
 
 
-def _joint(cfg: MethodConfig) -> Method:
+def _acl(cfg: AclKnobs) -> Method:
+    return Method("acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), _acl_grad(cfg)),))
+
+
+def _joint(cfg: JointKnobs) -> Method:
     return Method("joint", True, (Stage(ALL, _weighted_ce(cfg.weights)),))
 
 
-def _deebert(cfg: MethodConfig) -> Method:
+def _deebert(cfg: NoKnobs) -> Method:
     return Method(
         "deebert",
         True,
@@ -205,7 +280,7 @@ def _deebert(cfg: MethodConfig) -> Method:
     )
 
 
-def _deebert_sd(cfg: MethodConfig) -> Method:
+def _deebert_sd(cfg: DeebertSdKnobs) -> Method:
     return Method(
         "deebert-sd",
         True,
@@ -213,43 +288,44 @@ def _deebert_sd(cfg: MethodConfig) -> Method:
     )
 
 
-def _romebert(cfg: MethodConfig) -> Method:
-    rule = "gr" if cfg.gr else "sum"
-    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule, cfg.grad_scope),))
+def _romebert(cfg: RomebertKnobs) -> Method:
+    rule = GradientRegularization(cfg.grad_scope) if cfg.gr else PlainSum(cfg.grad_scope)
+    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule),))
 
 
-def _acl_cl(cfg: MethodConfig) -> Method:
-    rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method(
-        "acl-cl",
-        True,
-        (
-            Stage(
-                ALL,
-                _weighted_ce(cfg.weights),
-                _acl_cl_aux(cfg),
-                rule,
-                cfg.grad_scope,
-                cfg.max_angle,
-            ),
-        ),
-    )
+def _acl_cl(cfg: AclClKnobs) -> Method:
+    stage = Stage(ALL, _weighted_ce(cfg.weights), _acl_cl_aux(cfg), _acl_grad(cfg))
+    return Method("acl-cl", True, (stage,))
 
 
-METHODS: dict[str, Callable[[MethodConfig], Method]] = {
-    "ce": _ce,
-    "scl": _scl,
-    "acl": _acl,
-    "joint": _joint,
-    "deebert": _deebert,
-    "deebert-sd": _deebert_sd,
-    "romebert": _romebert,
-    "acl-cl": _acl_cl,
+class MethodEntry(NamedTuple):
+    knobs: type  # the method's knobs record; params.yaml's methods.<name> fills it
+    build: Callable[[Any], Method]  # knobs -> the method
+
+
+# The catalogue: every method by name (a plain dict, in the order the CLI lists them).
+METHODS: dict[str, MethodEntry] = {
+    "ce": MethodEntry(NoKnobs, _ce),
+    "scl": MethodEntry(SclKnobs, _scl),
+    "acl": MethodEntry(AclKnobs, _acl),
+    "joint": MethodEntry(JointKnobs, _joint),
+    "deebert": MethodEntry(NoKnobs, _deebert),
+    "deebert-sd": MethodEntry(DeebertSdKnobs, _deebert_sd),
+    "romebert": MethodEntry(RomebertKnobs, _romebert),
+    "acl-cl": MethodEntry(AclClKnobs, _acl_cl),
 }
 
 
-def build_method(name: str, cfg: MethodConfig) -> Method:
+def method_entry(name: str) -> MethodEntry:
     try:
-        return METHODS[name](cfg)
+        return METHODS[name]
     except KeyError:
         raise UserError(f"unknown method {name!r}: use one of {', '.join(METHODS)}") from None
+
+
+def build_method(name: str, knobs: Any) -> Method:
+    """The method ``name`` with its knobs (an instance of ``METHODS[name].knobs``)."""
+    entry = method_entry(name)
+    if type(knobs) is not entry.knobs:
+        raise TypeError(f"method {name} takes {entry.knobs.__name__}, got {knobs!r}")
+    return entry.build(knobs)
