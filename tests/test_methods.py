@@ -7,6 +7,7 @@ steps on a tiny separable batch must lower its loss.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -96,7 +97,14 @@ def setup(name: str, params: Params, num_labels: int = 2) -> tuple[Method, Multi
 def loss_inputs(model: MultiExitModel, inputs: dict, labels: torch.Tensor) -> LossInputs:
     out = model(**inputs)
     regression = labels.is_floating_point()
-    return LossInputs(out.logits, out.features, model.label_embeddings(), labels, regression)
+    return LossInputs(
+        out.logits,
+        out.features,
+        model.label_embeddings(),
+        labels,
+        regression,
+        exit_layers=model.spec.exits,
+    )
 
 
 def train_steps(model, stage, params: Params, accelerator, inputs, labels, steps: int) -> list:
@@ -190,12 +198,20 @@ def test_deebert_stage_two_keeps_backbone_bitwise_under_weight_decay(
 
 def test_exit_weights() -> None:
     for n in (1, 2, 3, 6, 12):
-        uniform, linear = exit_weights(n, "uniform"), exit_weights(n, "linear")
+        layers = list(range(1, n + 1))  # every layer an exit (the default)
+        uniform, linear = exit_weights(layers, "uniform"), exit_weights(layers, "linear")
         assert sum(uniform) == pytest.approx(1.0) and sum(linear) == pytest.approx(1.0)
         assert uniform == pytest.approx([1 / n] * n)
         total = n * (n + 1) / 2
         assert linear == pytest.approx([k / total for k in range(1, n + 1)])
-    assert exit_weights(3, "linear") == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    assert exit_weights([1, 2, 3], "linear") == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+
+
+def test_linear_exit_weights_follow_the_exit_layers() -> None:
+    """PABEE's l_k / sum l weighs an exit by its layer, not by its index among the exits."""
+    assert exit_weights([1, 2, 6], "linear") == pytest.approx([1 / 9, 2 / 9, 6 / 9])
+    assert exit_weights([1, 2, 6], "uniform") == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    assert sum(exit_weights([2, 5, 12], "linear")) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("weights", ["uniform", "linear"])
@@ -208,6 +224,27 @@ def test_joint_loss_matches_a_plain_reference(
     w = [1, 1, 1] if weights == "uniform" else [1, 2, 3]
     reference = sum(wk * F.cross_entropy(x.logits[k], x.labels) for k, wk in enumerate(w)) / sum(w)
     torch.testing.assert_close(method.stages[0].main(x), reference)
+
+
+@pytest.mark.parametrize("name", ["joint", "acl-cl"])
+def test_linear_weights_use_exit_layers_not_exit_indices(
+    name: str, make_params: Callable[..., Params]
+) -> None:
+    """Exits at layers 1, 2 and 6: ``linear`` weighs them 1/9, 2/9, 6/9, not 1/6, 2/6, 3/6."""
+    params = make_params(methods={name: {"weights": "linear"}})
+    method = build_method(name, params.method(name))
+    logits = torch.tensor(
+        [[[2.0, -1.0], [0.5, 0.0]], [[-1.0, 1.0], [3.0, -2.0]], [[0.0, 4.0], [1.0, 1.0]]]
+    )  # [E=3, B=2, C=2], a different CE at each exit
+    labels = torch.tensor([0, 1])  # [B]
+    x = LossInputs(logits, torch.zeros(3, 2, 4), torch.zeros(3, 2, 4), labels, False,
+                   exit_layers=[1, 2, 6])  # fmt: skip
+    ce = [F.cross_entropy(logits[k], labels) for k in range(3)]
+    torch.testing.assert_close(method.stages[0].main(x), (ce[0] + 2 * ce[1] + 6 * ce[2]) / 9)
+    every_layer = dataclasses.replace(x, exit_layers=[1, 2, 3])  # the default: no change
+    torch.testing.assert_close(
+        method.stages[0].main(every_layer), (ce[0] + 2 * ce[1] + 3 * ce[2]) / 6
+    )
 
 
 def test_deebert_and_romebert_losses_match_a_plain_reference(

@@ -320,6 +320,7 @@ def finetune(
                         task.is_regression,
                         feature_labels=gather_labels(labels),
                         local_weight=local_weight(len(local_ids), len(global_ids), processes),
+                        exit_layers=spec.exits,
                     )
                     log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
                 if processes > 1:  # log the global batch's losses, not process 0's shard

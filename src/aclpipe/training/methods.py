@@ -12,7 +12,7 @@ to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -113,6 +113,13 @@ class LossInputs:
     regression: bool
     feature_labels: torch.Tensor | None = None  # [Bg]; None: ``labels`` (one process)
     local_weight: float = 1.0  # makes DDP's average of per-sample means the global mean
+    exit_layers: list[int] = field(kw_only=True)  # [E], the 1-based layer of each exit
+
+    def __post_init__(self) -> None:
+        if len(self.exit_layers) != self.logits.shape[0]:
+            raise ValueError(
+                f"{len(self.exit_layers)} exit layers for {self.logits.shape[0]} exits' logits"
+            )
 
     @property
     def pool_labels(self) -> torch.Tensor:
@@ -158,9 +165,10 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> t
     return F.cross_entropy(logits, labels)
 
 
-def exit_weights(num_exits: int, scheme: ExitWeights) -> list[float]:
-    """``uniform``: 1/|E|; ``linear``: k / sum k (PABEE). They sum to 1."""
-    raw = [1.0] * num_exits if scheme == "uniform" else [float(k) for k in range(1, num_exits + 1)]
+def exit_weights(exit_layers: list[int], scheme: ExitWeights) -> list[float]:
+    """``uniform``: 1/|E|; ``linear``: l_k / sum l, with l_k exit k's layer (PABEE). They sum
+    to 1."""
+    raw = [1.0] * len(exit_layers) if scheme == "uniform" else [float(k) for k in exit_layers]
     return [w / sum(raw) for w in raw]
 
 
@@ -179,7 +187,7 @@ def _inner(x: LossInputs) -> range:
 
 def _weighted_ce(scheme: ExitWeights) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
-        weights = exit_weights(x.logits.shape[0], scheme)
+        weights = exit_weights(x.exit_layers, scheme)
         return sum(w * x.ce(k) for k, w in enumerate(weights))
 
     return loss
