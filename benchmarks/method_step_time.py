@@ -113,7 +113,14 @@ class Runner:
         batch = dict(batch)
         labels = batch.pop("labels")
         out = self.model(**batch)
-        x = LossInputs(out.logits, out.features, self.model.label_embeddings(), labels, False)
+        x = LossInputs(
+            out.logits,
+            out.features,
+            self.model.label_embeddings(),
+            labels,
+            False,
+            exit_layers=self.model.spec.exits,
+        )
         if self.two_passes:
             loss, params = self.stage.main(x), [p for _, p in self.trainable]
             first = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)

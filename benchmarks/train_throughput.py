@@ -15,8 +15,8 @@ clipping, optimiser and scheduler steps and per-step logging are inside, and eve
 training run does once (loading weights, optimiser and accelerate set-up, ours' dev evaluation
 and checkpoint writes) is outside. For ours the window is read from the loop's own progress
 hooks (``TrainProgress.start`` to the last ``TrainProgress.step``; the loop logs no
-timestamps, so the benchmark swaps in a subclass that records them, and a wrapper around
-``collate`` that records batch widths); for the Trainer from a callback
+timestamps, so the benchmark passes ``finetune`` a subclass that records them, and a wrapper
+around ``collate`` that records batch widths); for the Trainer from a callback
 (``on_train_begin`` to the last ``on_step_end``, the window of its own
 ``train_samples_per_second``). The whole call is timed too and reported beside it, from
 loading the weights to a trained model: ``finetune()`` for ours, which also evaluates
@@ -56,7 +56,6 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import os
@@ -97,6 +96,8 @@ from aclpipe.data.prepare import prepare  # noqa: E402
 from aclpipe.data.prepared import load_split, subsample  # noqa: E402
 from aclpipe.data.tasks import get_task  # noqa: E402
 from aclpipe.modeling.backbone import load_tokenizer, resolve_model  # noqa: E402
+from aclpipe.modeling.batching import collate  # noqa: E402
+from aclpipe.training.progress import TrainProgress  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONTENDERS = ("ours", "trainer-fixed", "trainer-dynamic")
@@ -168,31 +169,33 @@ class _Clock:
         self.end, self.cpu_end = time.perf_counter(), time.process_time()
 
 
-@contextlib.contextmanager
-def _instrumented_loop(clock: _Clock):
-    """Inside: ``finetune`` records its loop window and batch widths into ``clock``."""
-    base_progress, base_collate = train_loop.TrainProgress, train_loop.collate
+class _TimedProgress(TrainProgress):
+    """The loop's own progress display, recording its window into ``clock``: ``start`` is
+    called as the loop starts taking batches, ``step`` after each optimiser step."""
 
-    class TimedProgress(base_progress):
-        def start(self, title: str, total_steps: int) -> None:
-            clock.begin()
-            super().start(title, total_steps)
+    def __init__(self, clock: _Clock, console: Console, log_every: int) -> None:
+        super().__init__(console, log_every)
+        self.clock = clock
 
-        def step(self, log: dict, samples: int, seconds: float) -> None:
-            super().step(log, samples, seconds)
-            clock.samples += samples
-            clock.tick()
+    def start(self, title: str, total_steps: int) -> None:
+        self.clock.begin()
+        super().start(title, total_steps)
 
-    def timed_collate(rows, pad_id, regression):
-        batch = base_collate(rows, pad_id, regression)
+    def step(self, log: dict, samples: int, seconds: float) -> None:
+        super().step(log, samples, seconds)
+        self.clock.samples += samples
+        self.clock.tick()
+
+
+def _timed_collate(clock: _Clock):
+    """The loop's ``collate``, recording each batch's padded width into ``clock``."""
+
+    def timed_collate(rows: list[dict], pad_id: int, regression: bool) -> dict:
+        batch = collate(rows, pad_id, regression)
         clock.widths.append(batch["input_ids"].shape[1])
         return batch
 
-    train_loop.TrainProgress, train_loop.collate = TimedProgress, timed_collate
-    try:
-        yield
-    finally:
-        train_loop.TrainProgress, train_loop.collate = base_progress, base_collate
+    return timed_collate
 
 
 class _TimedCallback(TrainerCallback):
@@ -248,8 +251,16 @@ def run_ours(params: Params, data_dir: Path, work: Path) -> Run:
     task, clock, out_dir = get_task("sst2"), _Clock(), work / "ours-model"
     quiet = Console(file=io.StringIO())  # the loop still logs every log_every steps, unseen
     started = time.perf_counter()
-    with _instrumented_loop(clock):
-        train_loop.finetune(task, "ce", params, data_dir, out_dir, console=quiet)
+    train_loop.finetune(
+        task,
+        "ce",
+        params,
+        data_dir,
+        out_dir,
+        console=quiet,
+        progress=_TimedProgress(clock, quiet, params.train.log_every),
+        collate=_timed_collate(clock),
+    )
     call_s = time.perf_counter() - started
     shutil.rmtree(out_dir, ignore_errors=True)
     return clock.run("ours", call_s)

@@ -9,14 +9,24 @@ import pytest
 
 from aclpipe.config import (
     DEFAULT_MODEL,
-    METHOD_DEFAULTS,
-    MethodConfig,
     Params,
     apply_overrides,
     load_params,
     params_from_dict,
 )
 from aclpipe.errors import UserError
+from aclpipe.training.methods import (
+    METHODS,
+    AclClKnobs,
+    AclKnobs,
+    DeebertSdKnobs,
+    JointKnobs,
+    NoKnobs,
+    RomebertKnobs,
+    SclKnobs,
+)
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def user_error(raw: Any) -> str:
@@ -191,8 +201,8 @@ def test_method_defaults() -> None:
     assert params.method("scl").tau == 0.3 and params.method("scl").lam == 0.3
     assert params.method("romebert").grad_scope == "encoder-weights"
     assert params.method("acl").tau == 0.1 and params.method("acl").grad_scope == "encoder"
-    assert params.method("acl-cl") == MethodConfig()
-    assert METHOD_DEFAULTS["scl"] == {"tau": 0.3, "lam": 0.3}
+    assert params.method("acl-cl") == AclClKnobs()
+    assert params.method("scl") == SclKnobs(tau=0.3, lam=0.3)
 
 
 def test_method_section_merges_over_defaults() -> None:
@@ -203,7 +213,7 @@ def test_method_section_merges_over_defaults() -> None:
     assert params.method("scl").lam == 0.1
     assert params.method("romebert").grad_scope == "encoder-weights"
     assert params.method("romebert").gamma == 0.5
-    assert params.method("acl") == MethodConfig()
+    assert params.method("acl") == AclKnobs()
     assert params_from_dict({"methods": {"scl": {"tau": 0.7}}}).method("scl").tau == 0.7
 
 
@@ -265,3 +275,84 @@ def test_repository_params_file_loads() -> None:
     if not path.exists():
         pytest.skip("no params.yaml in the checkout")
     load_params(path)
+
+
+# Method knobs: one typed record per method, strict ------------------------------------------
+
+
+def test_each_method_has_its_own_knobs_record() -> None:
+    params = params_from_dict({})
+    expected = {
+        "ce": NoKnobs,
+        "scl": SclKnobs,
+        "acl": AclKnobs,
+        "joint": JointKnobs,
+        "deebert": NoKnobs,
+        "deebert-sd": DeebertSdKnobs,
+        "romebert": RomebertKnobs,
+        "acl-cl": AclClKnobs,
+    }
+    assert {name: entry.knobs for name, entry in METHODS.items()} == expected
+    for name, knobs in expected.items():
+        assert type(params.method(name)) is knobs
+
+
+def test_defaults_written_once() -> None:
+    """METHODS.md's defaults, from the records alone (no params.yaml section)."""
+    params = params_from_dict({})
+    assert params.method("acl").max_angle == 90.0
+    assert params.method("acl-cl").max_angle == 90.0
+    assert params.method("acl-cl").tau == 0.1 and params.method("acl-cl").lam_cl == 0.5
+    assert params.method("romebert").gamma == 0.9 and params.method("romebert").T == 3.0
+    assert params.method("deebert-sd") == DeebertSdKnobs(gamma=0.9, T=3.0)
+    assert params.method("joint").weights == "uniform" and params.method("acl-cl").sd is False
+    assert params.method("ce") == NoKnobs()
+
+
+@pytest.mark.parametrize(
+    ("section", "knob", "valid"),
+    [
+        ("ce", "max_angle", "takes no keys"),
+        ("deebert", "gamma", "takes no keys"),
+        ("joint", "tau", "valid keys of methods.joint are weights"),
+        ("scl", "acl_grad", "valid keys of methods.scl are lam, tau"),
+        ("deebert-sd", "gr", "valid keys of methods.deebert-sd are T, gamma"),
+        ("acl", "lam_cl", "acl_grad, grad_scope, lam, max_angle, tau"),
+        ("romebert", "max_angle", "T, gamma, gr, grad_scope"),
+    ],
+)
+def test_knob_the_method_does_not_read_is_rejected(section: str, knob: str, valid: str) -> None:
+    message = user_error({"methods": {section: {knob: 1}}})
+    assert message.startswith(f"unknown key methods.{section}.{knob}: ")
+    assert valid in message
+
+
+def test_unknown_knob_is_rejected_with_the_valid_keys() -> None:
+    message = user_error({"methods": {"acl": {"temperature": 0.1}}})
+    assert message == (
+        "unknown key methods.acl.temperature: valid keys of methods.acl are "
+        "acl_grad, grad_scope, lam, max_angle, tau"
+    )
+
+
+def test_knob_override_is_strict_too(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("{}\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"unknown key methods\.ce\.max_angle"):
+        load_params(path, ["methods.ce.max_angle=45"])
+    assert load_params(path, ["methods.acl.max_angle=45"]).method("acl").max_angle == 45.0
+
+
+@pytest.mark.parametrize("path", ["params.yaml", "campaign/params.yaml"])
+def test_shipped_params_files_are_accepted(path: str) -> None:
+    """Every knob the shipped params files list is one its method reads, at METHODS.md's
+    default (the campaign's variants set theirs through --set-like overrides)."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / path).read_text(encoding="utf-8"))
+    raw.pop("campaign", None)
+    params = params_from_dict(raw)
+    assert set(raw["methods"]) == set(METHODS)
+    for name, knobs in raw["methods"].items():
+        assert set(knobs or {}) <= {f for f in params.method(name).__dataclass_fields__}
+        assert params.method(name) == METHODS[name].knobs(), name

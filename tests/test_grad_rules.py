@@ -8,7 +8,18 @@ import pytest
 import torch
 from torch import nn
 
-from aclpipe.training.grad_rules import combine_gradients, scope_mask
+from aclpipe.training.grad_rules import (
+    AclGrad,
+    GradientRegularization,
+    PlainSum,
+    combine_gradients,
+    scope_mask,
+)
+
+SUM = PlainSum()
+ACL_GRAD = AclGrad(max_angle=90.0, scope="encoder")
+GR = GradientRegularization(scope="encoder-weights")
+RULES = {"sum": SUM, "acl-grad": ACL_GRAD, "gr": GR}
 
 
 def t(*values: float) -> torch.Tensor:
@@ -27,7 +38,7 @@ def test_cosine_by_hand_and_sum() -> None:
     # Scoped: main (1, 0 | 2), aux (1, 1 | 0); the third param is out of scope and ignored.
     # <m, a> = 1, ||m|| = 1, ||a|| = sqrt(2): cos = 1/sqrt(2); ratio = sqrt(2).
     main, aux = [t(1.0, 0.0), t(2.0)], [t(1.0, 1.0), t(-5.0)]
-    grads, outcome = combine_gradients("sum", main, aux, [True, False])
+    grads, outcome = combine_gradients(SUM, main, aux, [True, False])
     assert outcome.cosine == pytest.approx(1 / math.sqrt(2))
     assert outcome.grad_norm_ratio == pytest.approx(math.sqrt(2))
     assert not outcome.altered
@@ -35,7 +46,7 @@ def test_cosine_by_hand_and_sum() -> None:
 
 
 def test_sum_keeps_going_on_conflict() -> None:
-    grads, outcome = combine_gradients("sum", [t(1.0, 0.0)], [t(-1.0, 0.5)], [True])
+    grads, outcome = combine_gradients(SUM, [t(1.0, 0.0)], [t(-1.0, 0.5)], [True])
     assert outcome.cosine < 0 and not outcome.altered
     assert torch.equal(grads[0], t(0.0, 0.5))
 
@@ -43,7 +54,7 @@ def test_sum_keeps_going_on_conflict() -> None:
 def test_acl_grad_conflict_drops_aux_everywhere() -> None:
     main = [t(1.0, 0.0), t(3.0), None]
     aux = [t(-1.0, 0.2), t(4.0), t(7.0)]  # out-of-scope and aux-only params drop too
-    grads, outcome = combine_gradients("acl-grad", main, aux, [True, False, False])
+    grads, outcome = combine_gradients(ACL_GRAD, main, aux, [True, False, False])
     assert outcome.altered and outcome.cosine < 0
     assert torch.equal(grads[0], t(1.0, 0.0)) and torch.equal(grads[1], t(3.0))
     assert grads[2] is None
@@ -51,10 +62,10 @@ def test_acl_grad_conflict_drops_aux_everywhere() -> None:
 
 def test_acl_grad_no_conflict_sums_and_orthogonal_is_no_conflict() -> None:
     main, aux = [t(1.0, 0.0), None], [t(0.5, 1.0), t(2.0)]
-    grads, outcome = combine_gradients("acl-grad", main, aux, [True, True])
+    grads, outcome = combine_gradients(ACL_GRAD, main, aux, [True, True])
     assert not outcome.altered
     assert torch.equal(grads[0], t(1.5, 1.0)) and torch.equal(grads[1], t(2.0))
-    _, orthogonal = combine_gradients("acl-grad", [t(1.0, 0.0)], [t(0.0, 1.0)], [True])
+    _, orthogonal = combine_gradients(ACL_GRAD, [t(1.0, 0.0)], [t(0.0, 1.0)], [True])
     assert orthogonal.cosine == 0.0 and not orthogonal.altered
 
 
@@ -62,23 +73,23 @@ def test_acl_grad_max_angle() -> None:
     # cos = 0.5 (60 degrees): a conflict under max_angle 45, not under 90 or 75.
     main, aux = [t(1.0, 0.0)], [t(0.5, math.sqrt(3) / 2)]
     for max_angle, conflict in ((45.0, True), (75.0, False), (90.0, False)):
-        grads, outcome = combine_gradients("acl-grad", main, aux, [True], max_angle=max_angle)
+        grads, outcome = combine_gradients(AclGrad(max_angle, "encoder"), main, aux, [True])
         assert outcome.cosine == pytest.approx(0.5)
         assert outcome.altered is conflict
         assert torch.allclose(grads[0], main[0] if conflict else main[0] + aux[0])
     # cos = -0.5 (120 degrees) is tolerated under max_angle 135.
-    _, outcome = combine_gradients("acl-grad", main, [-aux[0]], [True], max_angle=135.0)
+    _, outcome = combine_gradients(AclGrad(135.0, "encoder"), main, [-aux[0]], [True])
     assert not outcome.altered
 
 
 def test_zero_norms_give_nan_and_no_conflict() -> None:
-    grads, outcome = combine_gradients("acl-grad", [t(1.0)], [t(0.0)], [True])
+    grads, outcome = combine_gradients(ACL_GRAD, [t(1.0)], [t(0.0)], [True])
     assert math.isnan(outcome.cosine) and not outcome.altered
     assert outcome.grad_norm_ratio == 0.0 and torch.equal(grads[0], t(1.0))
-    grads, outcome = combine_gradients("gr", [None], [t(2.0)], [True])
+    grads, outcome = combine_gradients(GR, [None], [t(2.0)], [True])
     assert math.isnan(outcome.cosine) and math.isnan(outcome.grad_norm_ratio)
     assert not outcome.altered and torch.equal(grads[0], t(2.0))
-    grads, outcome = combine_gradients("sum", [None, None], [None, t(1.0)], [True, False])
+    grads, outcome = combine_gradients(SUM, [None, None], [None, t(1.0)], [True, False])
     assert grads[0] is None and math.isnan(outcome.cosine)
 
 
@@ -89,7 +100,7 @@ def test_gr_projects_main_on_conflict() -> None:
     main = [t(1.0, 0.0), t(1.0), t(5.0), t(2.0)]
     aux = [t(-1.0, 1.0), t(0.0), t(-9.0), None]
     scoped = [True, True, False, True]
-    grads, outcome = combine_gradients("gr", main, aux, scoped)
+    grads, outcome = combine_gradients(GR, main, aux, scoped)
     assert outcome.altered
     assert outcome.cosine == pytest.approx(-1 / math.sqrt(12))
     projected = [grads[i] - aux[i] for i in (0, 1)]
@@ -104,7 +115,7 @@ def test_gr_aux_only_params_unchanged_and_projection_orthogonal() -> None:
     main = [torch.randn(3, 2), torch.randn(4), None, torch.randn(2)]
     aux = [-main[0] + 0.1 * torch.randn(3, 2), torch.randn(4), torch.randn(5), torch.randn(2)]
     scoped = [True, True, True, False]
-    grads, outcome = combine_gradients("gr", main, aux, scoped)
+    grads, outcome = combine_gradients(GR, main, aux, scoped)
     assert outcome.altered
     assert torch.equal(grads[2], aux[2])  # aux-only (an exit head): its gradient unchanged
     assert torch.equal(grads[3], main[3] + aux[3])
@@ -115,20 +126,20 @@ def test_gr_aux_only_params_unchanged_and_projection_orthogonal() -> None:
 
 def test_gr_no_conflict_is_plain_sum() -> None:
     main, aux = [t(1.0, 2.0), None], [t(0.5, 0.0), t(3.0)]
-    grads, outcome = combine_gradients("gr", main, aux, [True, True])
+    grads, outcome = combine_gradients(GR, main, aux, [True, True])
     assert not outcome.altered and outcome.cosine > 0
     assert torch.equal(grads[0], t(1.5, 2.0)) and torch.equal(grads[1], t(3.0))
 
 
 def test_inputs_not_mutated_and_bad_arguments() -> None:
     main, aux = [t(1.0, 0.0)], [t(-1.0, 1.0)]
-    for rule in ("sum", "acl-grad", "gr"):
+    for rule in RULES.values():
         combine_gradients(rule, main, aux, [True])
     assert torch.equal(main[0], t(1.0, 0.0)) and torch.equal(aux[0], t(-1.0, 1.0))
     with pytest.raises(ValueError):
         combine_gradients("pcgrad", main, aux, [True])
     with pytest.raises(ValueError):
-        combine_gradients("sum", main, aux, [True, False])
+        combine_gradients(SUM, main, aux, [True, False])
     with pytest.raises(ValueError):
         scope_mask([], "heads")
 
@@ -154,9 +165,9 @@ def test_scope_mask_on_bert_like_names() -> None:
     assert scope_mask(prefixed, "encoder-weights", encoder_prefix="bert.encoder.") == expected
 
 
-@pytest.mark.parametrize("rule", ["sum", "acl-grad", "gr"])
+@pytest.mark.parametrize("name", sorted(RULES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_in_place_equals_out_of_place(rule: str, seed: int) -> None:
+def test_in_place_equals_out_of_place(name: str, seed: int) -> None:
     """The training loop's in-place combination gives the pure function's result, with
     parameters that only one objective reaches and a mix of conflicts."""
     gen = torch.Generator().manual_seed(seed)
@@ -164,6 +175,7 @@ def test_in_place_equals_out_of_place(rule: str, seed: int) -> None:
     main = [torch.randn(s, generator=gen) for s in shapes[:3]] + [None]
     aux = [None] + [torch.randn(s, generator=gen) for s in shapes[1:]]
     scoped = [True, True, True, False]
+    rule = RULES[name]
     expected, outcome = combine_gradients(rule, main, aux, scoped)
     owned = [None if m is None else m.clone() for m in main]
     got, outcome_in_place = combine_gradients(rule, owned, aux, scoped, in_place=True)

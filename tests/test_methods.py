@@ -7,6 +7,7 @@ steps on a tiny separable batch must lower its loss.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,17 @@ from aclpipe.config import Params
 from aclpipe.errors import UserError
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer, resolve_model
 from aclpipe.modeling.model import MultiExitModel
+from aclpipe.training.grad_rules import AclGrad, GradientRegularization, PlainSum
 from aclpipe.training.loop import backward, build_optimizer, make_spec
-from aclpipe.training.methods import METHODS, LossInputs, Method, build_method, exit_weights
+from aclpipe.training.methods import (
+    METHODS,
+    AclClKnobs,
+    AclKnobs,
+    LossInputs,
+    Method,
+    build_method,
+    exit_weights,
+)
 from aclpipe.training.objectives import self_distill_loss
 
 NUM_LAYERS = 3  # the tiny BERT of conftest.py
@@ -87,7 +97,14 @@ def setup(name: str, params: Params, num_labels: int = 2) -> tuple[Method, Multi
 def loss_inputs(model: MultiExitModel, inputs: dict, labels: torch.Tensor) -> LossInputs:
     out = model(**inputs)
     regression = labels.is_floating_point()
-    return LossInputs(out.logits, out.features, model.label_embeddings(), labels, regression)
+    return LossInputs(
+        out.logits,
+        out.features,
+        model.label_embeddings(),
+        labels,
+        regression,
+        exit_layers=model.spec.exits,
+    )
 
 
 def train_steps(model, stage, params: Params, accelerator, inputs, labels, steps: int) -> list:
@@ -181,12 +198,20 @@ def test_deebert_stage_two_keeps_backbone_bitwise_under_weight_decay(
 
 def test_exit_weights() -> None:
     for n in (1, 2, 3, 6, 12):
-        uniform, linear = exit_weights(n, "uniform"), exit_weights(n, "linear")
+        layers = list(range(1, n + 1))  # every layer an exit (the default)
+        uniform, linear = exit_weights(layers, "uniform"), exit_weights(layers, "linear")
         assert sum(uniform) == pytest.approx(1.0) and sum(linear) == pytest.approx(1.0)
         assert uniform == pytest.approx([1 / n] * n)
         total = n * (n + 1) / 2
         assert linear == pytest.approx([k / total for k in range(1, n + 1)])
-    assert exit_weights(3, "linear") == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    assert exit_weights([1, 2, 3], "linear") == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+
+
+def test_linear_exit_weights_follow_the_exit_layers() -> None:
+    """PABEE's l_k / sum l weighs an exit by its layer, not by its index among the exits."""
+    assert exit_weights([1, 2, 6], "linear") == pytest.approx([1 / 9, 2 / 9, 6 / 9])
+    assert exit_weights([1, 2, 6], "uniform") == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    assert sum(exit_weights([2, 5, 12], "linear")) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("weights", ["uniform", "linear"])
@@ -199,6 +224,27 @@ def test_joint_loss_matches_a_plain_reference(
     w = [1, 1, 1] if weights == "uniform" else [1, 2, 3]
     reference = sum(wk * F.cross_entropy(x.logits[k], x.labels) for k, wk in enumerate(w)) / sum(w)
     torch.testing.assert_close(method.stages[0].main(x), reference)
+
+
+@pytest.mark.parametrize("name", ["joint", "acl-cl"])
+def test_linear_weights_use_exit_layers_not_exit_indices(
+    name: str, make_params: Callable[..., Params]
+) -> None:
+    """Exits at layers 1, 2 and 6: ``linear`` weighs them 1/9, 2/9, 6/9, not 1/6, 2/6, 3/6."""
+    params = make_params(methods={name: {"weights": "linear"}})
+    method = build_method(name, params.method(name))
+    logits = torch.tensor(
+        [[[2.0, -1.0], [0.5, 0.0]], [[-1.0, 1.0], [3.0, -2.0]], [[0.0, 4.0], [1.0, 1.0]]]
+    )  # [E=3, B=2, C=2], a different CE at each exit
+    labels = torch.tensor([0, 1])  # [B]
+    x = LossInputs(logits, torch.zeros(3, 2, 4), torch.zeros(3, 2, 4), labels, False,
+                   exit_layers=[1, 2, 6])  # fmt: skip
+    ce = [F.cross_entropy(logits[k], labels) for k in range(3)]
+    torch.testing.assert_close(method.stages[0].main(x), (ce[0] + 2 * ce[1] + 6 * ce[2]) / 9)
+    every_layer = dataclasses.replace(x, exit_layers=[1, 2, 3])  # the default: no change
+    torch.testing.assert_close(
+        method.stages[0].main(every_layer), (ce[0] + 2 * ce[1] + 3 * ce[2]) / 6
+    )
 
 
 def test_deebert_and_romebert_losses_match_a_plain_reference(
@@ -215,7 +261,7 @@ def test_deebert_and_romebert_losses_match_a_plain_reference(
     romebert = build_method("romebert", cfg)
     sd = sum(self_distill_loss(x.logits[k], x.logits[-1], x.labels, cfg.gamma, cfg.T)
              for k in range(2))  # fmt: skip
-    assert romebert.stages[0].rule == "gr" and romebert.stages[0].grad_scope == "encoder-weights"
+    assert romebert.stages[0].rule == GradientRegularization(scope="encoder-weights")
     torch.testing.assert_close(romebert.stages[0].main(x), final_ce)
     torch.testing.assert_close(romebert.stages[0].aux(x), sd)
 
@@ -245,7 +291,7 @@ def test_acl_grad_logs_cosine_and_altered(
     params = make_params()
     method, model = setup(name, params)
     stage = method.stages[0]
-    assert stage.rule == "acl-grad" and stage.grad_scope == "encoder" and stage.max_angle == 90
+    assert stage.rule == AclGrad(max_angle=90, scope="encoder")
     logs = train_steps(model, stage, params, accelerator, inputs, class_labels(), steps=3)
     for log in logs:
         assert -1.0 <= log["cosine"] <= 1.0
@@ -281,7 +327,7 @@ def test_sum_rule_records_angles_when_asked(
 ) -> None:
     params = make_params(train={"record_angles": True}, methods={"acl": {"acl_grad": False}})
     method, model = setup("acl", params)
-    assert method.stages[0].rule == "sum"
+    assert method.stages[0].rule == PlainSum(scope="encoder")
     (log,) = train_steps(model, method.stages[0], params, accelerator, inputs, class_labels(), 1)
     assert -1.0 <= log["cosine"] <= 1.0 and log["altered"] is False
 
@@ -327,3 +373,47 @@ def test_multi_exit_methods_need_two_exits(
 def test_unknown_method() -> None:
     with pytest.raises(UserError, match="unknown method 'acl_cl'"):
         build_method("acl_cl", Params().method("acl-cl"))
+
+
+# Gradient rules as values ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "knobs", "rule"),
+    [
+        ("ce", {}, PlainSum()),
+        ("scl", {}, PlainSum()),
+        ("acl", {}, AclGrad(max_angle=90.0, scope="encoder")),
+        ("acl", {"max_angle": 45, "grad_scope": "all"}, AclGrad(max_angle=45.0, scope="all")),
+        ("acl", {"acl_grad": False}, PlainSum(scope="encoder")),
+        ("romebert", {}, GradientRegularization(scope="encoder-weights")),
+        ("romebert", {"gr": False}, PlainSum(scope="encoder-weights")),
+        ("acl-cl", {}, AclGrad(max_angle=90.0, scope="encoder")),
+        ("acl-cl", {"acl_grad": False, "grad_scope": "all"}, PlainSum(scope="all")),
+    ],
+)
+def test_stage_rule_is_a_value_built_from_the_knobs(
+    name: str, knobs: dict, rule, make_params: Callable[..., Params]
+) -> None:
+    params = make_params(methods={name: knobs})
+    (stage,) = build_method(name, params.method(name)).stages
+    assert stage.rule == rule
+
+
+def test_two_gradients_only_for_a_rule_that_needs_them_or_recorded_angles() -> None:
+    """The one place that decides between one backward pass and two gradient passes."""
+    methods = {name: build_method(name, Params().method(name)) for name in METHODS}
+    for name, method in methods.items():
+        for stage in method.stages:
+            two = stage.separate_gradients(record_angles=False)
+            assert two == (stage.aux is not None and not isinstance(stage.rule, PlainSum)), name
+            assert stage.separate_gradients(record_angles=True) == (stage.aux is not None), name
+    assert methods["acl"].stages[0].separate_gradients(record_angles=False)
+    assert not methods["scl"].stages[0].separate_gradients(record_angles=False)
+    assert not methods["joint"].stages[0].separate_gradients(record_angles=True)
+
+
+def test_build_method_checks_the_knobs_type() -> None:
+    with pytest.raises(TypeError, match="AclKnobs"):
+        build_method("acl", AclClKnobs())
+    assert build_method("acl", AclKnobs(max_angle=30.0)).stages[0].rule.max_angle == 30.0

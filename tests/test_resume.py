@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 from aclpipe.cli import app
 from aclpipe.errors import UserError
 from aclpipe.training import checkpoint as ckpt
-from aclpipe.training.checkpoint import Position, load_checkpoint, save_checkpoint
+from aclpipe.training.checkpoint import Position, TrainingState, load_checkpoint, save_checkpoint
 from aclpipe.training.loop import linear_schedule
 
 # 48 training rows in batches of 4: 12 steps per epoch, 24 in all.
@@ -289,9 +289,9 @@ def test_deebert_resumes_across_the_stage_boundary(
 
         original = train.save_checkpoint
 
-        def save_then_die(folder, model, optimizer, scheduler, position, *rest, **kwargs):
-            original(folder, model, optimizer, scheduler, position, *rest, **kwargs)
-            if position.stage == 0 and position.epoch == TRAIN["epochs"]:
+        def save_then_die(folder, model, training, *rest, **kwargs):
+            original(folder, model, training, *rest, **kwargs)
+            if training.position.stage == 0 and training.position.epoch == TRAIN["epochs"]:
                 sigkill_self()
 
         train.save_checkpoint = save_then_die
@@ -440,17 +440,14 @@ def test_checkpoint_roundtrip_restores_everything(tmp_path: Path) -> None:
     rank1 = torch.Generator().manual_seed(7).get_state()  # another process's RNG state
     folder = tmp_path / ".m.checkpoint"
     history, step_log = [{"epoch": 1, "dev_scores": [0.5, 0.75]}], [{"step": 3, "loss": 0.25}]
-    save_checkpoint(
-        folder,
-        model,
-        optimizer,
-        scheduler,
+    training = TrainingState(
         Position(1, 2, 3, 4),
+        optimizer.state_dict(),
+        scheduler.state_dict(),
         history,
         step_log,
-        "print",
-        [torch.get_rng_state(), rank1],
     )
+    save_checkpoint(folder, model, training, "print", [torch.get_rng_state(), rank1])
     expected_draws = _draws()
     weights = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -501,7 +498,8 @@ def test_load_checkpoint_cleans_up_and_checks_the_fingerprint(tmp_path: Path) ->
     assert load_checkpoint(folder, _model(), "print") is None  # nothing to resume
     model = _model()
     optimizer, scheduler = _train_a_little(model, steps=1)
-    save_checkpoint(folder, model, optimizer, scheduler, Position(), [], [], "print")
+    fresh = TrainingState(Position(), optimizer.state_dict(), scheduler.state_dict())
+    save_checkpoint(folder, model, fresh, "print")
     stale = tmp_path / f".tmp-{folder.name}-killed"  # what a kill mid-write leaves
     stale.mkdir()
     (stale / ckpt.MODEL).write_bytes(b"half")
@@ -515,7 +513,8 @@ def test_damaged_checkpoint_names_the_folder(tmp_path: Path) -> None:
     folder = tmp_path / ".m.checkpoint"
     model = _model()
     optimizer, scheduler = _train_a_little(model, steps=1)
-    save_checkpoint(folder, model, optimizer, scheduler, Position(), [], [], "print")
+    fresh = TrainingState(Position(), optimizer.state_dict(), scheduler.state_dict())
+    save_checkpoint(folder, model, fresh, "print")
     (folder / ckpt.MODEL).write_bytes((folder / ckpt.MODEL).read_bytes()[:40])
     with pytest.raises(UserError, match=f"checkpoint {folder} is damaged"):
         load_checkpoint(folder, _model(), "print")

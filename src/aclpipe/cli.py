@@ -23,7 +23,7 @@ from rich.console import Console
 from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
-from aclpipe.training.methods import METHODS, check_method  # the table the help text lists
+from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
@@ -54,7 +54,7 @@ TaskOpt = _names_option(
 MethodOpt = _names_option(
     "--method",
     "-m",
-    what=f"Method: {', '.join(METHODS)}",
+    what=f"Method: {', '.join(METHOD_NAMES)}",
     default="Default: every method in pipeline.methods of the params file.",
 )
 CompareOpt = _names_option(

@@ -1,7 +1,9 @@
 """Typed, strict configuration read once from params.yaml.
 
 Each section of params.yaml is a dataclass below, with a comment per field; each stage takes
-only the sections it needs. Unknown keys, wrong types and out-of-range values are
+only the sections it needs. ``methods.<name>`` fills that method's own knobs record, which
+lives with the method (``aclpipe.training.knobs.KNOBS``): a knob the method does not read
+is an unknown key. Unknown keys, wrong types and out-of-range values are
 ``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
 same dotted keys as ``dvc exp run -S``.
 """
@@ -18,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
+from aclpipe.training.knobs import KNOBS, check_method
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -82,53 +86,27 @@ class EvaluateConfig:
 
 
 @dataclass
-class MethodConfig:
-    """Every knob any method takes; a method reads only its own (METHODS.md)."""
-
-    tau: float = 0.1  # SupCon temperature
-    lam: float = 0.5  # weight of the contrastive term
-    lam_cl: float = 0.5  # weight of the mean cross-layer ACL term (acl-cl)
-    gamma: float = 0.9  # self-distillation: weight of the KL part
-    T: float = 3.0  # self-distillation temperature
-    acl_grad: bool = True  # ACL-Grad: drop the ACL term when the gradients conflict
-    max_angle: float = 90.0  # ACL-Grad: conflict when the angle exceeds this (degrees)
-    gr: bool = True  # RomeBERT: gradient regularisation (projection) on conflict
-    # parameters a gradient rule looks at: encoder | encoder-weights | all
-    grad_scope: str = "encoder"
-    weights: str = "uniform"  # multi-exit CE weights: uniform | linear
-    sd: bool = False  # acl-cl: add the KL self-distillation term
-
-
-@dataclass
 class Params:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
-    methods: dict[str, MethodConfig] = field(default_factory=dict)
+    # method name -> its knobs record (KNOBS[name]), for the methods params.yaml lists
+    methods: dict[str, Any] = field(default_factory=dict)
 
-    def method(self, name: str) -> MethodConfig:
-        """The knobs of one method: its params.yaml section over the method's defaults."""
+    def method(self, name: str) -> Any:
+        """The knobs record of one method: its params.yaml section over the method's defaults."""
         if name in self.methods:
             return self.methods[name]
-        return MethodConfig(**METHOD_DEFAULTS.get(name, {}))
-
-
-# Where a method's paper sets a knob differently from MethodConfig's defaults (METHODS.md).
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "scl": {"tau": 0.3, "lam": 0.3},  # Gunel et al. 2020
-    "romebert": {"grad_scope": "encoder-weights"},  # RomeBERT's GR: layer weight matrices only
-}
+        return KNOBS[check_method(name)]()
 
 
 _CHOICES = {
     "model.pooling": ("auto", "cls", "mean", "layer-attention"),
     "model.label_embedding": ("classifier", "separate"),
     "train.device": ("auto", "cpu", "cuda"),
-    "methods.*.grad_scope": ("encoder", "encoder-weights", "all"),
-    "methods.*.weights": ("uniform", "linear"),
-}
+}  # a knob typed Literal[...] (grad_scope, weights) takes its choices from its type
 _POSITIVE = {
     "data.max_length",
     "data.max_train_samples",
@@ -159,6 +137,11 @@ _UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}
 def _check_value(key: str, value: Any, hint: type | Any) -> Any:
     """Check ``value`` against the annotation ``hint``; return it (ints widened to float)."""
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise UserError(f"{key} is {value!r}: use one of {', '.join(map(str, choices))}")
+        return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
         if value is None and type(None) in args:
@@ -213,6 +196,10 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
+    if unknown and not known:
+        raise UserError(
+            f"unknown key {prefix}.{unknown[0]}: {prefix} takes no keys (leave it {{}})"
+        )
     if unknown:
         raise UserError(
             f"unknown key {prefix}.{unknown[0]}: valid keys of {prefix} are {', '.join(sorted(known))}"
@@ -242,9 +229,6 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
     methods_raw = raw.get("methods") or {}
     if not isinstance(methods_raw, dict):
         raise UserError("methods must be a mapping of method name to its knobs")
-    from aclpipe.data.tasks import TASKS
-    from aclpipe.training.methods import check_method  # here: methods.py imports this module
-
     pipeline = built["pipeline"]
     for name in pipeline.tasks:
         if name not in TASKS:
@@ -257,8 +241,7 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
         check_method(method, f"unknown method section methods.{method}")
         if knobs is not None and not isinstance(knobs, dict):
             raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
-        merged = {**METHOD_DEFAULTS.get(method, {}), **(knobs or {})}
-        built["methods"][method] = _build(MethodConfig, merged, f"methods.{method}")
+        built["methods"][method] = _build(KNOBS[method], knobs, f"methods.{method}")
     if built["model"].exits is not None and not built["model"].exits:
         raise UserError("model.exits is empty: list 1-based layers, or null for every layer")
     return Params(**built)

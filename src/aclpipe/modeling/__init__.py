@@ -1,3 +1,3 @@
 """The model, shared by training and inference: finding a pretrained encoder (``backbone``),
-poolers (``pooling``), the multi-exit model (``model``) and padding rows into batches
-(``batching``). Nothing here trains, prepares data or scores."""
+poolers (``pooling``), the multi-exit model (``model``), padding rows into batches
+(``batching``) and where it runs (``device``). Nothing here trains, prepares data or scores."""

@@ -128,7 +128,7 @@ def load_campaign(path: Path) -> Campaign:
             f"unknown key campaign.{sorted(unknown)[0]} in {path}: use tasks, seeds, runs, "
             "variants, task_settings"
         )
-    from aclpipe.training.methods import METHODS, check_method
+    from aclpipe.training.knobs import METHOD_NAMES, check_method
 
     tasks, seeds, runs = spec.get("tasks"), spec.get("seeds"), spec.get("runs")
     for key, value in (("tasks", tasks), ("seeds", seeds), ("runs", runs)):
@@ -146,9 +146,9 @@ def load_campaign(path: Path) -> Campaign:
             dict(body.get("set") or {}),
         )
     for name in runs:
-        if name not in METHODS and name not in variants:
+        if name not in METHOD_NAMES and name not in variants:
             raise UserError(
-                f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHODS)}) "
+                f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHOD_NAMES)}) "
                 "nor a variant under campaign.variants"
             )
     settings = spec.get("task_settings") or {}

@@ -42,12 +42,15 @@ class Position:
 
 
 @dataclass
-class Resumed:
-    position: Position
-    optimizer_state: dict
-    scheduler_state: dict
-    history: list = field(default_factory=list)
-    step_log: list = field(default_factory=list)
+class TrainingState:
+    """What a checkpoint holds besides the weights and the RNGs: what ``save_checkpoint``
+    writes and ``load_checkpoint`` gives back."""
+
+    position: Position  # where the next batch starts
+    optimizer_state: dict | None = None  # the stage's optimizer (None: the stage starts afresh)
+    scheduler_state: dict | None = None  # and its schedule
+    history: list = field(default_factory=list)  # dev scores after each epoch
+    step_log: list = field(default_factory=list)  # one dict per optimiser step
 
 
 def fingerprint(record: dict) -> str:
@@ -106,29 +109,26 @@ def _join_optimizer(tensors: dict, plain: dict) -> dict:
 def save_checkpoint(
     folder: Path,
     model: torch.nn.Module,
-    optimizer,
-    scheduler,
-    position: Position,
-    history: list,
-    step_log: list,
+    training: TrainingState,
     print_: str,
     torch_rng_per_rank: list[torch.Tensor] | None = None,
 ) -> None:
     """Write the whole training state into ``folder`` atomically; ``print_`` is the fingerprint.
 
-    ``torch_rng_per_rank`` holds every process's torch RNG state under multi-process training.
+    ``training`` holds the optimizer's and scheduler's ``state_dict()`` (the scheduler's is
+    plain numbers: ``lr_lambdas`` is None for functions). ``torch_rng_per_rank`` holds every
+    process's torch RNG state under multi-process training.
     """
     rng_tensors, rng_plain = _rng_state(torch_rng_per_rank)
-    optimizer_tensors, optimizer_plain = _split_optimizer(optimizer.state_dict())
-    scheduler_state = scheduler.state_dict()  # plain numbers (lr_lambdas: None for functions)
+    optimizer_tensors, optimizer_plain = _split_optimizer(training.optimizer_state)
     state = {
         "fingerprint": print_,
-        "position": position.__dict__,
+        "position": training.position.__dict__,
         "rng": rng_plain,
         "optimizer": optimizer_plain,
-        "scheduler": scheduler_state,
-        "history": history,
-        "step_log": step_log,
+        "scheduler": training.scheduler_state,
+        "history": training.history,
+        "step_log": training.step_log,
     }
     with atomic.atomic_dir(folder) as tmp:
         save_model(model, str(tmp / MODEL))
@@ -154,7 +154,7 @@ def _recover(folder: Path) -> None:
 
 def load_checkpoint(
     folder: Path, model: torch.nn.Module, print_: str, rank: int = 0
-) -> Resumed | None:
+) -> TrainingState | None:
     """Restore ``model`` and the RNGs from ``folder``; None when there is nothing to resume.
 
     A checkpoint written under other params is removed (it cannot be continued). A damaged
@@ -176,7 +176,7 @@ def load_checkpoint(
             f"checkpoint {folder} is damaged ({type(err).__name__}): delete that folder to "
             "train from the start"
         ) from err
-    return Resumed(
+    return TrainingState(
         Position(**state["position"]),
         optimizer_state,
         state["scheduler"],

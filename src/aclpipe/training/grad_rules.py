@@ -1,22 +1,57 @@
 """Gradient rules that combine a main and an auxiliary objective: sum, ACL-Grad, RomeBERT GR.
 
-The training loop computes one gradient list per objective with
-``torch.autograd.grad(loss, params, allow_unused=True)`` (``None``: the loss does not reach
-that parameter, read as zeros), all-reduces them if it runs on several processes, and calls
-:func:`combine_gradients`. The functions here are pure: they never modify their inputs.
+A rule is a value (:class:`PlainSum`, :class:`AclGrad`, :class:`GradientRegularization`)
+that a method's stage holds. When a step needs the two gradients apart (a rule that looks
+at both, or ``train.record_angles``), the training loop computes one gradient list per
+objective with ``torch.autograd.grad(loss, params, allow_unused=True)`` (``None``: the loss
+does not reach that parameter, read as zeros), all-reduces them if it runs on several
+processes, and calls :func:`combine_gradients`. Otherwise it backpropagates the sum once.
+:func:`combine_gradients` leaves its inputs alone unless called with ``in_place=True``, which
+writes the result into the main gradient's tensors.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-RULES = ("sum", "acl-grad", "gr")
-SCOPES = ("encoder", "all", "encoder-weights")
+from aclpipe.training.knobs import Scope  # parameters a rule looks at (:func:`scope_mask`)
+
+SCOPES: tuple[str, ...] = typing.get_args(Scope)
+
+
+@dataclass(frozen=True)
+class PlainSum:
+    """``g = g_main + g_aux``: one backward pass of the summed loss, unless angles are recorded."""
+
+    scope: Scope = "encoder"  # parameters a recorded angle is measured over
+    needs_both_gradients: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class AclGrad:
+    """ACL-Grad (METHODS.md): drop the aux term for this step when the gradients conflict."""
+
+    max_angle: float  # conflict when the angle between the gradients exceeds this (degrees)
+    scope: Scope  # parameters the cosine is taken over
+    needs_both_gradients: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class GradientRegularization:
+    """RomeBERT's GR (METHODS.md): on conflict, project the main gradient off the aux one."""
+
+    scope: Scope  # parameters the cosine and the projection are taken over
+    needs_both_gradients: ClassVar[bool] = True
+
+
+GradientRule = PlainSum | AclGrad | GradientRegularization
 
 
 @dataclass
@@ -28,12 +63,13 @@ class RuleOutcome:
     grad_norm_ratio: float  # ||g_aux|| / ||g_main|| over the scoped params; nan if main is 0
 
 
-def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+def _add(a: Tensor | None, b: Tensor | None, in_place: bool) -> Tensor | None:
+    """``a + b`` with ``None`` read as zeros; ``in_place``: into ``a``'s tensor."""
     if a is None:
         return b
     if b is None:
         return a
-    return a + b
+    return a.add_(b) if in_place else a + b
 
 
 def _scoped_products(
@@ -68,12 +104,11 @@ def _scoped_products(
 
 
 def combine_gradients(
-    rule: str,
+    rule: GradientRule,
     main: list[Tensor | None],
     aux: list[Tensor | None],
     scoped: list[bool],
     *,
-    max_angle: float = 90.0,
     in_place: bool = False,
 ) -> tuple[list[Tensor | None], RuleOutcome]:
     """Combine per-parameter gradients of a main and an auxiliary objective.
@@ -81,22 +116,22 @@ def combine_gradients(
     The cosine, the norms and GR's projection are taken over the scoped parameters only,
     concatenated into one vector, with ``None`` read as zeros.
 
-    - ``"sum"``: ``g = g_main + g_aux`` everywhere.
-    - ``"acl-grad"``: if ``cos < cos(max_angle)`` the objectives conflict and the aux term
+    - :class:`PlainSum`: ``g = g_main + g_aux`` everywhere.
+    - :class:`AclGrad`: if ``cos < cos(max_angle)`` the objectives conflict and the aux term
       is dropped for this step for every parameter (scoped or not): ``g = g_main``;
       otherwise ``g = g_main + g_aux``. A zero norm (cos nan) is not a conflict.
-    - ``"gr"``: main is ``g_f`` (final-exit loss), aux is ``g_s`` (self-distillation). If
-      ``<g_f, g_s> < 0`` over the scoped params, ``g_f <- g_f - <g_f, g_s> / ||g_s||^2 g_s``
+    - :class:`GradientRegularization`: main is ``g_f`` (final-exit loss), aux is ``g_s``
+      (self-distillation). If ``<g_f, g_s> < 0`` over the scoped params, ``g_f <- g_f - <g_f, g_s> / ||g_s||^2 g_s``
       on the scoped params both losses reach; then ``g = g_f + g_s``. ``||g_s||^2`` is taken
       over those same params, so the projected ``g_f`` is orthogonal to ``g_s`` while a
       param that only one loss reaches keeps that loss's gradient unchanged.
 
     Args:
-        rule: ``"sum"``, ``"acl-grad"`` or ``"gr"``.
+        rule: a :class:`PlainSum`, :class:`AclGrad` or :class:`GradientRegularization`
+            (its ``scope`` is what ``scoped`` was built from).
         main: gradient of the main objective per parameter (``None``: not reached).
         aux: gradient of the auxiliary objective per parameter, same order and shapes.
         scoped: per parameter, whether it is in the rule's scope (see :func:`scope_mask`).
-        max_angle: ACL-Grad's conflict angle in degrees (90: conflict when ``cos < 0``).
         in_place: write the result into the ``main`` tensors (the training loop owns them:
             they come fresh from ``autograd.grad``), sparing a model-sized allocation per
             step; otherwise no input is modified.
@@ -110,8 +145,10 @@ def combine_gradients(
         METHODS.md, "ACL-Grad" and "Gradient Regularization"; RomeBERT (Geng et al. 2021),
         gradient regularization; PCGrad (Yu et al. 2020), eq. of the projection step.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown gradient rule {rule!r}; expected one of {RULES}")
+    if not isinstance(rule, GradientRule):
+        raise ValueError(
+            f"unknown gradient rule {rule!r}; expected PlainSum, AclGrad or GradientRegularization"
+        )
     if not len(main) == len(aux) == len(scoped):
         raise ValueError(
             f"main, aux and scoped differ in length: {len(main)}, {len(aux)}, {len(scoped)}"
@@ -122,35 +159,30 @@ def combine_gradients(
     ratio = aux_norm / main_norm if main_norm > 0 else math.nan
     altered = False
 
-    add = _add_in_place if in_place else _add
-    if rule == "acl-grad":
-        threshold = math.cos(math.radians(max_angle))
+    if isinstance(rule, AclGrad):
+        threshold = math.cos(math.radians(rule.max_angle))
         threshold = 0.0 if abs(threshold) < 1e-12 else threshold  # cos(90°) is 6e-17 in floats
         altered = cosine < threshold  # False for nan
-        combined = list(main) if altered else [add(m, a) for m, a in zip(main, aux, strict=True)]
-    elif rule == "gr" and dot < 0:
+        combined = (
+            list(main)
+            if altered
+            else [_add(m, a, in_place) for m, a in zip(main, aux, strict=True)]
+        )
+    elif isinstance(rule, GradientRegularization) and dot < 0:
         altered = True
         coefficient = dot / shared_aux_sq  # shared_aux_sq > 0, since dot != 0
         combined = []
         for m, a, in_scope in zip(main, aux, scoped, strict=True):
             if in_scope and m is not None and a is not None:  # g_f - c g_s, then + g_s
                 m = m.add_(a, alpha=-coefficient) if in_place else m - coefficient * a
-            combined.append(add(m, a))
+            combined.append(_add(m, a, in_place))
     else:
-        combined = [add(m, a) for m, a in zip(main, aux, strict=True)]
+        combined = [_add(m, a, in_place) for m, a in zip(main, aux, strict=True)]
     return combined, RuleOutcome(cosine=cosine, altered=altered, grad_norm_ratio=ratio)
 
 
-def _add_in_place(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a.add_(b)
-
-
 def scope_mask(
-    named_params: list[tuple[str, Parameter]], scope: str, encoder_prefix: str = "encoder."
+    named_params: list[tuple[str, Parameter]], scope: Scope, encoder_prefix: str = "encoder."
 ) -> list[bool]:
     """Which parameters a gradient rule's cosine and projection cover.
 

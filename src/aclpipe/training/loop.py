@@ -16,7 +16,10 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +34,15 @@ from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_label
 from aclpipe.layout import HISTORY, MODEL_CONFIG, STEP_LOG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
 from aclpipe.modeling.batching import collate
+from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
-from aclpipe.training.checkpoint import Position, fingerprint, load_checkpoint, save_checkpoint
+from aclpipe.training.checkpoint import (
+    Position,
+    TrainingState,
+    fingerprint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from aclpipe.training.distributed import (
     all_reduce_mean,
     gather_labels,
@@ -137,8 +147,7 @@ def backward(
     if aux is not None:
         log["aux"] = aux.item()
         log["loss"] += log["aux"]
-    two_grads = aux is not None and (stage.rule != "sum" or record_angles)
-    if not two_grads:
+    if not stage.separate_gradients(record_angles):
         accelerator.backward(main if aux is None else main + aux)
         return log
     params = [p for _, p in named_trainable]
@@ -146,9 +155,9 @@ def backward(
     g_aux = torch.autograd.grad(aux, params, allow_unused=True)
     # decide on the gradients averaged over processes, as one process at the global batch would
     g_main, g_aux = all_reduce_mean(g_main, params), all_reduce_mean(g_aux, params)
-    scoped = scope_mask(named_trainable, stage.grad_scope)
+    scoped = scope_mask(named_trainable, stage.rule.scope)
     grads, outcome = combine_gradients(  # in place: g_main is this step's own fresh tensors
-        stage.rule, list(g_main), list(g_aux), scoped, max_angle=stage.max_angle, in_place=True
+        stage.rule, list(g_main), list(g_aux), scoped, in_place=True
     )
     for p, g in zip(params, grads):
         p.grad = None if g is None else g.detach()
@@ -198,17 +207,139 @@ def finetune(
     data_dir: Path,
     out_dir: Path,
     console: Console | None = None,
+    *,
+    progress: TrainProgress | None = None,
+    collate: Callable[[list[dict], int, bool], dict[str, torch.Tensor]] = collate,
 ) -> dict:
     """Train ``method_name`` on ``task``; write the model and its logs into ``out_dir``.
 
     Resumes from ``<out_dir>/../.<method>.checkpoint`` when a run with the same params was
     interrupted; the checkpoint is written every ``train.save_every`` steps and at each epoch's
-    end, and removed once the final model is written.
+    end, and removed once the final model is written. ``progress`` (default: a
+    ``TrainProgress`` on ``console``, shown by the main process) hears of every step;
+    ``collate`` pads a list of rows into a batch (``aclpipe.modeling.batching.collate``).
     """
-    from accelerate import Accelerator, DistributedDataParallelKwargs
-
     console = console or Console()
     method = build_method(method_name, params.method(method_name))
+    run = _load_run(task, method, params, data_dir, out_dir)
+    start = _resume(run, method, task, params.train.epochs, console)  # where training starts
+    model, accelerator, t = run.model, run.accelerator, params.train
+    model.to(accelerator.device)
+    rank, processes = accelerator.process_index, accelerator.num_processes
+    if progress is None:
+        progress = TrainProgress(console, t.log_every, enabled=accelerator.is_main_process)
+    at, history, step_log = start.position, start.history, start.step_log
+    global_step, global_size = at.global_step, t.batch_size * processes
+    optimizer = scheduler = None
+
+    def checkpoint(position: Position) -> None:  # with the current stage's optimizer and schedule
+        _save(
+            run,
+            TrainingState(
+                position, optimizer.state_dict(), scheduler.state_dict(), history, step_log
+            ),
+        )
+
+    for stage_index, stage in enumerate(method.stages[at.stage :], start=at.stage):
+        resuming = stage_index == at.stage  # this stage was under way at the checkpoint
+        optimizer, scheduler = _stage_optimizer(
+            model, stage, params, run.per_epoch, start if resuming else None
+        )
+        wrapped = accelerator.prepare_model(model)  # DDP over several processes
+        named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        two_grads = stage.separate_gradients(t.record_angles)
+        progress.start(
+            f"{method.name} stage {stage_index + 1}/{len(method.stages)}", t.epochs * run.per_epoch
+        )
+        progress.skip(global_step - sum(1 for r in step_log if r["stage"] < stage_index + 1))
+        for epoch in range(at.epoch if resuming else 0, t.epochs):
+            first = at.batch if resuming and epoch == at.epoch else 0
+            order = epoch_order(len(run.train_rows), t.seed, stage_index, epoch)
+            wrapped.train()
+            for index in range(first, run.per_epoch):
+                started = time.perf_counter()
+                global_ids = order[index * global_size : (index + 1) * global_size]
+                local_ids = shard(global_ids, rank, processes)
+                batch = collate(
+                    [run.train_rows[i] for i in local_ids], run.pad_id, task.is_regression
+                )
+                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+                labels = batch.pop("labels")
+                with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
+                    out = wrapped(**batch)
+                    x = LossInputs(
+                        out.logits,
+                        gather_with_grad(out.features, dim=1),
+                        model.label_embeddings(),
+                        labels,
+                        task.is_regression,
+                        feature_labels=gather_labels(labels),
+                        local_weight=local_weight(len(local_ids), len(global_ids), processes),
+                        exit_layers=run.spec.exits,
+                    )
+                    log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
+                if processes > 1:  # log the global batch's losses, not process 0's shard
+                    log.update(mean_over_processes(log, ("loss", "main", "aux")))
+                _check_finite(log["loss"], global_step, stage_index, epoch)
+                if t.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
+                _optimizer_step(optimizer, global_step)
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                global_step += 1
+                log.update(
+                    step=global_step,
+                    stage=stage_index + 1,
+                    epoch=epoch + 1,
+                    lr=scheduler.get_last_lr()[0],
+                )
+                step_log.append(log)
+                progress.step(log, len(global_ids), time.perf_counter() - started)
+                if t.save_every and global_step % t.save_every == 0 and index + 1 < run.per_epoch:
+                    checkpoint(Position(stage_index, epoch, index + 1, global_step))
+            if accelerator.is_main_process:
+                scores = _dev_scores(run, task, params.evaluate.batch_size)
+                history.append(
+                    {
+                        "stage": stage_index + 1,
+                        "epoch": epoch + 1,
+                        "step": global_step,
+                        "dev_scores": scores,
+                    }
+                )
+                progress.epoch_done(stage_index + 1, epoch + 1, run.spec.exits, scores)
+            checkpoint(Position(stage_index, epoch + 1, 0, global_step))
+        progress.stop()
+    if accelerator.is_main_process:
+        _write_model(run, task, method, params, out_dir, history, step_log)
+    accelerator.wait_for_everyone()
+    return {"exits": run.spec.exits, "history": history}
+
+
+# Set-up and resume: everything finetune does once, before its first batch ------------------
+
+
+@dataclass
+class _Run:
+    """What ``finetune`` sets up once: processes, data, model and where checkpoints go."""
+
+    accelerator: Any  # accelerate.Accelerator: device, processes, DDP
+    model: MultiExitModel
+    spec: ExitSpec
+    train_rows: list[dict]
+    dev_rows: list[dict]
+    dev_labels: Any  # the dev split's labels, as ``exit_scores`` takes them
+    pad_id: int
+    per_epoch: int  # global batches per epoch
+    checkpoint_folder: Path
+    fingerprint: str  # what a checkpoint must match to be resumed
+
+
+def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_dir: Path) -> _Run:
+    """Read the prepared data, start the processes and build the model (seeded as a single
+    process would be: the same heads everywhere, process 0's dropout as one process's)."""
+    from accelerate import Accelerator, DistributedDataParallelKwargs
+
     meta = load_meta(data_dir)
     if meta["model"] != params.model.name:
         raise UserError(
@@ -217,11 +348,9 @@ def finetune(
         )
     train_rows, dev_rows = load_split(data_dir, "train"), load_split(data_dir, _dev(task))
     t = params.train
-    if t.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device is cuda but no GPU is visible: set train.device=auto or cpu")
-    cpu = t.device == "cpu" or (t.device == "auto" and not torch.cuda.is_available())
     accelerator = Accelerator(
-        cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)]
+        cpu=pick_device(t.device) == "cpu",
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
     )
     rank, processes = accelerator.process_index, accelerator.num_processes
     per_epoch = global_batches(len(train_rows), t.batch_size, processes)
@@ -242,179 +371,130 @@ def finetune(
     )
     model = MultiExitModel(encoder, spec)
     set_seed(t.seed + rank)  # dropout: process 0 draws what a single process would
-    pad_id = encoder.config.pad_token_id or 0
-    main_process = accelerator.is_main_process
-    checkpoint_folder = checkpoint_dir(out_dir)
-    print_ = run_fingerprint(task, method, params, meta, processes)
-    resumed = load_checkpoint(checkpoint_folder, model, print_, rank)
-    at = resumed.position if resumed else Position()
-    if resumed and at.epoch >= t.epochs:  # the checkpoint closed a stage: the next starts afresh
-        at = Position(at.stage + 1, 0, 0, at.global_step)
-        resumed.optimizer_state = None
-    history = resumed.history if resumed else []
-    step_log = resumed.step_log if resumed else []
-    if resumed and main_process:
+    return _Run(
+        accelerator,
+        model,
+        spec,
+        train_rows,
+        dev_rows,
+        split_labels(dev_rows, task),
+        encoder.config.pad_token_id or 0,
+        per_epoch,
+        checkpoint_dir(out_dir),
+        run_fingerprint(task, method, params, meta, processes),
+    )
+
+
+def _resume(run: _Run, method: Method, task: Task, epochs: int, console: Console) -> TrainingState:
+    """Where training starts: from the beginning, or from the checkpoint of an interrupted run
+    with the same params (restoring the model's weights and every RNG from it)."""
+    resumed = load_checkpoint(
+        run.checkpoint_folder, run.model, run.fingerprint, run.accelerator.process_index
+    )
+    if resumed is None:
+        return TrainingState(Position())
+    at = resumed.position
+    if at.epoch >= epochs:  # the checkpoint closed a stage: the next starts afresh
+        resumed.position = at = Position(at.stage + 1, 0, 0, at.global_step)
+        resumed.optimizer_state = resumed.scheduler_state = None
+    if run.accelerator.is_main_process:
         where = (
             f"stage {at.stage + 1}, epoch {at.epoch + 1}, batch {at.batch}"
             if at.stage < len(method.stages)
             else "training had finished; writing the final model"
         )
         console.print(
-            f"resuming {method.name} on {task.name} from {checkpoint_folder}: {where} "
+            f"resuming {method.name} on {task.name} from {run.checkpoint_folder}: {where} "
             f"(step {at.global_step})",
             highlight=False,
         )
-    model.to(accelerator.device)
-    progress = TrainProgress(console, t.log_every, enabled=main_process)
-    global_step, global_size = at.global_step, t.batch_size * processes
-    dev_labels = split_labels(dev_rows, task)
-    optimizer = scheduler = None
+    return resumed
 
-    def checkpoint(position: Position) -> None:  # the current stage's optimizer and scheduler
-        _save(
-            accelerator,
-            checkpoint_folder,
-            model,
-            optimizer,
-            scheduler,
-            position,
-            history,
-            step_log,
-            print_,
+
+def _stage_optimizer(
+    model: MultiExitModel,
+    stage: Stage,
+    params: Params,
+    per_epoch: int,
+    resumed: TrainingState | None,
+):
+    """The stage's optimizer and schedule, with their state if the stage is being resumed."""
+    optimizer = build_optimizer(model, stage.trains, params)
+    scheduler = linear_schedule(
+        optimizer, params.train.epochs * per_epoch, params.train.warmup_ratio
+    )
+    if resumed is not None and resumed.optimizer_state:
+        optimizer.load_state_dict(resumed.optimizer_state)
+        scheduler.load_state_dict(resumed.scheduler_state)
+    return optimizer, scheduler
+
+
+# Steps of the loop that are more words than arithmetic ----------------------------------------
+
+
+def _check_finite(loss: float, global_step: int, stage_index: int, epoch: int) -> None:
+    if not math.isfinite(loss):
+        raise UserError(
+            f"loss is {loss} at step {global_step + 1} (stage {stage_index + 1}, epoch "
+            f"{epoch + 1}): the learning rate is likely too high or the data has bad labels; "
+            "lower train.lr and run again"
         )
 
-    for stage_index, stage in enumerate(method.stages):
-        if stage_index < at.stage:
-            continue
-        optimizer = build_optimizer(model, stage.trains, params)
-        scheduler = linear_schedule(optimizer, t.epochs * per_epoch, t.warmup_ratio)
-        if resumed and resumed.optimizer_state and stage_index == at.stage:
-            optimizer.load_state_dict(resumed.optimizer_state)
-            scheduler.load_state_dict(resumed.scheduler_state)
-        wrapped = accelerator.prepare_model(model)  # DDP over several processes
-        named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        two_grads = stage.aux is not None and (stage.rule != "sum" or t.record_angles)
-        progress.start(
-            f"{method.name} stage {stage_index + 1}/{len(method.stages)}", t.epochs * per_epoch
-        )
-        progress.skip(global_step - sum(1 for r in step_log if r["stage"] < stage_index + 1))
-        for epoch in range(t.epochs):
-            if (stage_index, epoch) < (at.stage, at.epoch):
-                continue
-            first = at.batch if (stage_index, epoch) == (at.stage, at.epoch) else 0
-            order = epoch_order(len(train_rows), t.seed, stage_index, epoch)
-            wrapped.train()
-            for index in range(first, per_epoch):
-                started = time.perf_counter()
-                global_ids = order[index * global_size : (index + 1) * global_size]
-                local_ids = shard(global_ids, rank, processes)
-                batch = collate([train_rows[i] for i in local_ids], pad_id, task.is_regression)
-                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                labels = batch.pop("labels")
-                with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
-                    out = wrapped(**batch)
-                    x = LossInputs(
-                        out.logits,
-                        gather_with_grad(out.features, dim=1),
-                        model.label_embeddings(),
-                        labels,
-                        task.is_regression,
-                        feature_labels=gather_labels(labels),
-                        local_weight=local_weight(len(local_ids), len(global_ids), processes),
-                    )
-                    log = backward(stage, x, accelerator, wrapped, named_trainable, t.record_angles)
-                if processes > 1:  # log the global batch's losses, not process 0's shard
-                    log.update(mean_over_processes(log, ("loss", "main", "aux")))
-                if not math.isfinite(log["loss"]):
-                    raise UserError(
-                        f"loss is {log['loss']} at step {global_step + 1} (stage "
-                        f"{stage_index + 1}, epoch {epoch + 1}): the learning rate is likely "
-                        "too high or the data has bad labels; lower train.lr and run again"
-                    )
-                if t.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_([p for _, p in named_trainable], t.max_grad_norm)
-                try:
-                    optimizer.step()
-                except RuntimeError as err:  # e.g. a step size that overflows float32
-                    raise UserError(
-                        f"the optimizer step failed at step {global_step + 1} ({err}): "
-                        "train.lr or train.head_lr is likely far too high; lower it and run again"
-                    ) from err
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                global_step += 1
-                log.update(
-                    step=global_step,
-                    stage=stage_index + 1,
-                    epoch=epoch + 1,
-                    lr=scheduler.get_last_lr()[0],
-                )
-                step_log.append(log)
-                progress.step(log, len(global_ids), time.perf_counter() - started)
-                if t.save_every and global_step % t.save_every == 0 and index + 1 < per_epoch:
-                    checkpoint(Position(stage_index, epoch, index + 1, global_step))
-            if main_process:
-                dev_logits = all_exit_logits(
-                    model,
-                    dev_rows,
-                    params.evaluate.batch_size,
-                    pad_id,
-                    task.is_regression,
-                    accelerator.device,
-                )
-                scores = [s["score"] for s in exit_scores(task, dev_logits, dev_labels)]
-                history.append(
-                    {
-                        "stage": stage_index + 1,
-                        "epoch": epoch + 1,
-                        "step": global_step,
-                        "dev_scores": scores,
-                    }
-                )
-                progress.epoch_done(stage_index + 1, epoch + 1, spec.exits, scores)
-            checkpoint(Position(stage_index, epoch + 1, 0, global_step))
-        progress.stop()
-    if main_process:
-        with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
-            model.save(tmp, base_model=params.model.name)
-            _save_tokenizer(params, tmp / TOKENIZER)
-            summary = {
-                "task": task.name,
-                "method": method.name,
-                "exits": spec.exits,
-                "processes": processes,
-                "epochs": history,
-            }
-            (tmp / HISTORY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-            with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
-                for row in step_log:
-                    f.write(json.dumps(row) + "\n")
-        shutil.rmtree(checkpoint_folder, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return {"exits": spec.exits, "history": history}
+
+def _optimizer_step(optimizer, global_step: int) -> None:
+    try:
+        optimizer.step()
+    except RuntimeError as err:  # e.g. a step size that overflows float32
+        raise UserError(
+            f"the optimizer step failed at step {global_step + 1} ({err}): "
+            "train.lr or train.head_lr is likely far too high; lower it and run again"
+        ) from err
 
 
-def _save(
-    accelerator,
-    folder: Path,
-    model,
-    optimizer,
-    scheduler,
-    position: Position,
-    history: list,
-    step_log: list,
-    print_: str,
-) -> None:
+def _dev_scores(run: _Run, task: Task, batch_size: int) -> list[float]:
+    """The task score of every exit on the dev split."""
+    dev_logits = all_exit_logits(
+        run.model, run.dev_rows, batch_size, run.pad_id, task.is_regression, run.accelerator.device
+    )
+    return [s["score"] for s in exit_scores(task, dev_logits, run.dev_labels)]
+
+
+def _save(run: _Run, training: TrainingState) -> None:
     """Checkpoint from the main process, with every process's RNG state."""
-    per_rank = None
+    accelerator, per_rank = run.accelerator, None
     if accelerator.num_processes > 1:
         per_rank = [None] * accelerator.num_processes
         torch.distributed.all_gather_object(per_rank, torch.get_rng_state())
     if accelerator.is_main_process:
-        save_checkpoint(
-            folder, model, optimizer, scheduler, position, history, step_log, print_, per_rank
-        )
+        save_checkpoint(run.checkpoint_folder, run.model, training, run.fingerprint, per_rank)
     accelerator.wait_for_everyone()
+
+
+def _write_model(
+    run: _Run,
+    task: Task,
+    method: Method,
+    params: Params,
+    out_dir: Path,
+    history: list,
+    step_log: list,
+) -> None:
+    """The trained model, its tokenizer and logs, written atomically; then the checkpoint goes."""
+    with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
+        run.model.save(tmp, base_model=params.model.name)
+        _save_tokenizer(params, tmp / TOKENIZER)
+        summary = {
+            "task": task.name,
+            "method": method.name,
+            "exits": run.spec.exits,
+            "processes": run.accelerator.num_processes,
+            "epochs": history,
+        }
+        (tmp / HISTORY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
+            for row in step_log:
+                f.write(json.dumps(row) + "\n")
+    shutil.rmtree(run.checkpoint_folder, ignore_errors=True)
 
 
 def _dev(task: Task) -> str:

@@ -1,22 +1,42 @@
-"""Methods as data: which objectives, which stages, which parameters, which gradient rule.
+"""Methods as data: which objectives, which stages, which knobs, which gradient rule.
 
 The training loop never looks at a method's name. It runs ``method.stages`` in order; in each
 it trains the parameter groups ``stage.trains``, computes ``stage.main`` and ``stage.aux`` on
-the model's all-exit output, and combines their gradients with ``stage.rule``
-(``aclpipe.training.grad_rules``). Definitions: ../shared/METHODS.md. Adding a method means adding a
-builder to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
+the model's all-exit output, and combines their gradients with ``stage.rule`` (a value from
+``aclpipe.training.grad_rules``). Each method's knobs are one typed record below, with one
+default per knob; params.yaml's ``methods.<name>`` section fills it (``aclpipe.config``).
+Definitions: ../shared/METHODS.md. Adding a method means adding its knobs record and builder
+to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from aclpipe.config import MethodConfig
 from aclpipe.errors import UserError
+from aclpipe.training.grad_rules import (
+    AclGrad,
+    GradientRegularization,
+    GradientRule,
+    PlainSum,
+)
+from aclpipe.training.knobs import (
+    KNOBS,
+    AclClKnobs,
+    AclKnobs,
+    DeebertSdKnobs,
+    ExitWeights,
+    JointKnobs,
+    NoKnobs,
+    RomebertKnobs,
+    SclKnobs,
+    check_method,
+)
 from aclpipe.training.objectives import (
     acl_embed_loss,
     cross_layer_acl_loss,
@@ -42,6 +62,13 @@ class LossInputs:
     regression: bool
     feature_labels: torch.Tensor | None = None  # [Bg]; None: ``labels`` (one process)
     local_weight: float = 1.0  # makes DDP's average of per-sample means the global mean
+    exit_layers: list[int] = field(kw_only=True)  # [E], the 1-based layer of each exit
+
+    def __post_init__(self) -> None:
+        if len(self.exit_layers) != self.logits.shape[0]:
+            raise ValueError(
+                f"{len(self.exit_layers)} exit layers for {self.logits.shape[0]} exits' logits"
+            )
 
     @property
     def pool_labels(self) -> torch.Tensor:
@@ -62,9 +89,12 @@ class Stage:
     trains: tuple[str, ...]  # parameter groups: encoder, final_exit, inner_exits
     main: Objective
     aux: Objective | None = None  # the term a gradient rule may drop or project against
-    rule: str = "sum"  # sum | acl-grad | gr (aclpipe.training.grad_rules)
-    grad_scope: str = "encoder"  # parameters the rule's cosine and projection look at
-    max_angle: float = 90.0  # acl-grad: conflict above this angle (degrees)
+    rule: GradientRule = PlainSum()  # how the main and aux gradients combine
+
+    def separate_gradients(self, record_angles: bool) -> bool:
+        """Whether a step takes the main and aux gradients apart (two autograd passes) rather
+        than backpropagating their sum once: the rule looks at both, or angles are recorded."""
+        return self.aux is not None and (self.rule.needs_both_gradients or record_angles)
 
 
 @dataclass(frozen=True)
@@ -84,9 +114,10 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> t
     return F.cross_entropy(logits, labels)
 
 
-def exit_weights(num_exits: int, scheme: str) -> list[float]:
-    """``uniform``: 1/|E|; ``linear``: k / sum k (PABEE). They sum to 1."""
-    raw = [1.0] * num_exits if scheme == "uniform" else [float(k) for k in range(1, num_exits + 1)]
+def exit_weights(exit_layers: list[int], scheme: ExitWeights) -> list[float]:
+    """``uniform``: 1/|E|; ``linear``: l_k / sum l, with l_k exit k's layer (PABEE). They sum
+    to 1."""
+    raw = [1.0] * len(exit_layers) if scheme == "uniform" else [float(k) for k in exit_layers]
     return [w / sum(raw) for w in raw]
 
 
@@ -103,9 +134,9 @@ def _inner(x: LossInputs) -> range:
     return range(x.logits.shape[0] - 1)
 
 
-def _weighted_ce(scheme: str) -> Objective:
+def _weighted_ce(scheme: ExitWeights) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
-        weights = exit_weights(x.logits.shape[0], scheme)
+        weights = exit_weights(x.exit_layers, scheme)
         return sum(w * x.ce(k) for k, w in enumerate(weights))
 
     return loss
@@ -115,7 +146,7 @@ def _inner_ce(x: LossInputs) -> torch.Tensor:
     return sum(x.ce(k) for k in _inner(x))
 
 
-def _inner_sd(cfg: MethodConfig) -> Objective:
+def _inner_sd(cfg: DeebertSdKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         return x.local_weight * sum(
             self_distill_loss(
@@ -135,7 +166,7 @@ def _needs_classes(x: LossInputs) -> None:
         )
 
 
-def _scl_term(cfg: MethodConfig) -> Objective:
+def _scl_term(cfg: SclKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * scl_loss(x.features[-1], x.pool_labels, cfg.tau)
@@ -143,7 +174,7 @@ def _scl_term(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _acl_term(cfg: MethodConfig) -> Objective:
+def _acl_term(cfg: AclKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         _needs_classes(x)
         return cfg.lam * acl_embed_loss(
@@ -153,7 +184,7 @@ def _acl_term(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _acl_cl_aux(cfg: MethodConfig) -> Objective:
+def _acl_cl_aux(cfg: AclClKnobs) -> Objective:
     acl = _acl_term(cfg)
 
     def loss(x: LossInputs) -> torch.Tensor:
@@ -175,29 +206,30 @@ def _acl_cl_aux(cfg: MethodConfig) -> Objective:
     return loss
 
 
-def _ce(cfg: MethodConfig) -> Method:
+def _ce(cfg: NoKnobs) -> Method:
     return Method("ce", False, (Stage(ALL, _final_ce),))
 
 
-def _scl(cfg: MethodConfig) -> Method:
+def _scl(cfg: SclKnobs) -> Method:
     def main(x: LossInputs) -> torch.Tensor:
         return (1 - cfg.lam) * _final_ce(x)
 
     return Method("scl", False, (Stage(ALL, main, _scl_term(cfg)),))
 
 
-def _acl(cfg: MethodConfig) -> Method:
-    rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method(
-        "acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), rule, cfg.grad_scope, cfg.max_angle),)
-    )
+def _acl_grad(cfg: AclKnobs) -> GradientRule:
+    return AclGrad(cfg.max_angle, cfg.grad_scope) if cfg.acl_grad else PlainSum(cfg.grad_scope)
 
 
-def _joint(cfg: MethodConfig) -> Method:
+def _acl(cfg: AclKnobs) -> Method:
+    return Method("acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), _acl_grad(cfg)),))
+
+
+def _joint(cfg: JointKnobs) -> Method:
     return Method("joint", True, (Stage(ALL, _weighted_ce(cfg.weights)),))
 
 
-def _deebert(cfg: MethodConfig) -> Method:
+def _deebert(cfg: NoKnobs) -> Method:
     return Method(
         "deebert",
         True,
@@ -205,7 +237,7 @@ def _deebert(cfg: MethodConfig) -> Method:
     )
 
 
-def _deebert_sd(cfg: MethodConfig) -> Method:
+def _deebert_sd(cfg: DeebertSdKnobs) -> Method:
     return Method(
         "deebert-sd",
         True,
@@ -213,30 +245,24 @@ def _deebert_sd(cfg: MethodConfig) -> Method:
     )
 
 
-def _romebert(cfg: MethodConfig) -> Method:
-    rule = "gr" if cfg.gr else "sum"
-    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule, cfg.grad_scope),))
+def _romebert(cfg: RomebertKnobs) -> Method:
+    rule = GradientRegularization(cfg.grad_scope) if cfg.gr else PlainSum(cfg.grad_scope)
+    return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule),))
 
 
-def _acl_cl(cfg: MethodConfig) -> Method:
-    rule = "acl-grad" if cfg.acl_grad else "sum"
-    return Method(
-        "acl-cl",
-        True,
-        (
-            Stage(
-                ALL,
-                _weighted_ce(cfg.weights),
-                _acl_cl_aux(cfg),
-                rule,
-                cfg.grad_scope,
-                cfg.max_angle,
-            ),
-        ),
-    )
+def _acl_cl(cfg: AclClKnobs) -> Method:
+    stage = Stage(ALL, _weighted_ce(cfg.weights), _acl_cl_aux(cfg), _acl_grad(cfg))
+    return Method("acl-cl", True, (stage,))
 
 
-METHODS: dict[str, Callable[[MethodConfig], Method]] = {
+class MethodEntry(NamedTuple):
+    knobs: type  # the method's knobs record; params.yaml's methods.<name> fills it
+    build: Callable[[Any], Method]  # knobs -> the method
+
+
+# Each method's builder; its name and knobs record come from the table in
+# aclpipe.training.knobs (a method missing here fails at import, not at its first run).
+_BUILDERS: dict[str, Callable[[Any], Method]] = {
     "ce": _ce,
     "scl": _scl,
     "acl": _acl,
@@ -246,15 +272,19 @@ METHODS: dict[str, Callable[[MethodConfig], Method]] = {
     "romebert": _romebert,
     "acl-cl": _acl_cl,
 }
+# The catalogue: every method by name, in the table's order.
+METHODS: dict[str, MethodEntry] = {
+    name: MethodEntry(knobs, _BUILDERS[name]) for name, knobs in KNOBS.items()
+}
 
 
-def build_method(name: str, cfg: MethodConfig) -> Method:
-    return METHODS[check_method(name)](cfg)
+def method_entry(name: str) -> MethodEntry:
+    return METHODS[check_method(name)]
 
 
-def check_method(name: str, problem: str | None = None) -> str:
-    """``name`` if ``METHODS`` has it; else a one-line ``UserError``: ``problem`` (default
-    ``unknown method 'name'``) followed by the valid names. Every method check goes here."""
-    if not isinstance(name, str) or name not in METHODS:
-        raise UserError(f"{problem or f'unknown method {name!r}'}: use one of {', '.join(METHODS)}")
-    return name
+def build_method(name: str, knobs: Any) -> Method:
+    """The method ``name`` with its knobs (an instance of ``METHODS[name].knobs``)."""
+    entry = method_entry(name)
+    if type(knobs) is not entry.knobs:
+        raise TypeError(f"method {name} takes {entry.knobs.__name__}, got {knobs!r}")
+    return entry.build(knobs)

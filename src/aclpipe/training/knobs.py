@@ -1,0 +1,105 @@
+"""The methods and their knobs: one typed record per method, each default written once.
+
+This is the method table that everything else asks: the CLI's help and checks, the config
+(``params.yaml``'s ``methods.<name>`` sections fill these records, strictly: a knob a method
+does not read is an error), the campaign, and ``aclpipe.training.methods``, which builds
+each method's stages from its record. It imports nothing heavy (no torch), so that listing or
+checking a method name costs nothing and the serving path (``aclpipe predict``) stays free
+of the training code. Definitions and defaults: ../shared/METHODS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from aclpipe.errors import UserError
+
+# Parameters a gradient rule looks at: every encoder parameter | the transformer layers' weight
+# matrices (RomeBERT's GR) | every trained parameter (METHODS.md, "Scopes").
+Scope = Literal["encoder", "encoder-weights", "all"]
+
+# Per-exit CE weights of the multi-exit methods: uniform 1/|E| | linear l_k / sum l (PABEE).
+ExitWeights = Literal["uniform", "linear"]
+
+
+# Knobs: one record per method (METHODS.md gives every default) ------------------------------
+
+
+@dataclass(frozen=True)
+class NoKnobs:
+    """ce and deebert take no knobs."""
+
+
+@dataclass(frozen=True)
+class SclKnobs:
+    """scl: ``(1 - lam) CE + lam SupCon`` (Gunel et al. 2020, whose defaults these are)."""
+
+    tau: float = 0.3  # SupCon temperature
+    lam: float = 0.3  # weight of the SupCon term (CE gets 1 - lam)
+
+
+@dataclass(frozen=True)
+class AclKnobs:
+    """acl: ``CE + lam L_acl`` (ACL-Embed), combined by ACL-Grad."""
+
+    tau: float = 0.1  # SupCon temperature of L_acl
+    lam: float = 0.5  # weight of L_acl
+    acl_grad: bool = True  # ACL-Grad: drop L_acl at a step whose gradients conflict (False: sum)
+    max_angle: float = 90.0  # ACL-Grad: the gradients conflict above this angle (degrees)
+    grad_scope: Scope = "encoder"  # parameters ACL-Grad's cosine is taken over
+
+
+@dataclass(frozen=True)
+class JointKnobs:
+    """joint: ``sum_k w_k CE(logits_k, y)``."""
+
+    weights: ExitWeights = "uniform"  # w_k: uniform 1/|E| | linear l_k / sum l (PABEE)
+
+
+@dataclass(frozen=True)
+class DeebertSdKnobs:
+    """deebert-sd: stage 2 minimises ``sum_{k<L} SD_k`` (RomeBERT's self-distillation term)."""
+
+    gamma: float = 0.9  # weight of the KL part of SD_k (CE gets 1 - gamma)
+    T: float = 3.0  # distillation temperature
+
+
+@dataclass(frozen=True)
+class RomebertKnobs(DeebertSdKnobs):
+    """romebert: deebert-sd's ``SD_k`` knobs, and Gradient Regularization against the final CE."""
+
+    gr: bool = True  # Gradient Regularization on conflict (False: plain sum)
+    grad_scope: Scope = "encoder-weights"  # GR's parameters: layer weight matrices, as its code
+
+
+@dataclass(frozen=True)
+class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
+    """acl-cl: acl's knobs at the deepest exit, joint's exit weights for the main term,
+    deebert-sd's ``gamma`` and ``T`` for the KL term (with ``sd``), and these."""
+
+    lam_cl: float = 0.5  # weight of the cross-layer ACL term (a mean over student exits)
+    sd: bool = False  # add the KL self-distillation term (an ablation)
+
+
+# The method table: name -> its knobs record (the order is the CLI's and the reports').
+KNOBS: dict[str, type] = {
+    "ce": NoKnobs,
+    "scl": SclKnobs,
+    "acl": AclKnobs,
+    "joint": JointKnobs,
+    "deebert": NoKnobs,
+    "deebert-sd": DeebertSdKnobs,
+    "romebert": RomebertKnobs,
+    "acl-cl": AclClKnobs,
+}
+METHOD_NAMES: tuple[str, ...] = tuple(KNOBS)
+
+
+def check_method(name: str, problem: str | None = None) -> str:
+    """``name`` if it is a method; else a one-line ``UserError``: ``problem`` (default
+    ``unknown method 'name'``) followed by the valid names. Every method check goes here."""
+    if not isinstance(name, str) or name not in KNOBS:
+        what = problem or f"unknown method {name!r}"
+        raise UserError(f"{what}: use one of {', '.join(METHOD_NAMES)}")
+    return name
