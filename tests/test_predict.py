@@ -30,6 +30,12 @@ LINES = [
     "a dog sits on the mat",  # a last line without a newline
 ]  # fmt: skip
 TEXTS = [line.rstrip("\r\n") for line in LINES if line.strip()]
+ALL_TEXTS = [line.rstrip("\r\n") for line in LINES]  # blank lines keep their place
+
+
+def answered(rows: list[dict]) -> list[dict]:
+    """The records of non-blank lines (blank ones carry ``"error": "blank line"``)."""
+    return [r for r in rows if "error" not in r]
 
 
 def save_folder(folder: Path, tiny_model_dir: Path, task: str, num_labels: int) -> Path:
@@ -55,8 +61,9 @@ def reference(folder: Path, text: str) -> torch.Tensor:
 
 def test_one_record_per_line_in_order(model_folder: Path) -> None:
     rows = list(predict_lines(model_folder, LINES, "entropy", 0.5, batch_size=2))
-    assert [r["text"] for r in rows] == TEXTS
-    for row in rows:
+    assert [r["text"] for r in rows] == ALL_TEXTS
+    assert [r["text"] for r in answered(rows)] == TEXTS
+    for row in answered(rows):
         assert list(row) == ["label", "label_name", "probability", "exit_layer", "text"]
         assert row["label"] in (0, 1) and row["label_name"] == str(row["label"])
         assert 0.5 <= row["probability"] <= 1 and row["exit_layer"] in (1, 2, 3)
@@ -67,7 +74,7 @@ def test_one_record_per_line_in_order(model_folder: Path) -> None:
 )
 def test_thresholds_at_the_ends(model_folder: Path, policy: str, threshold: float, layer: int):
     """Entropy 0 lets no sample out early; confidence 0 lets every sample out at once."""
-    rows = list(predict_lines(model_folder, LINES, policy, threshold, batch_size=3))
+    rows = answered(predict_lines(model_folder, LINES, policy, threshold, batch_size=3))
     assert len(rows) == len(TEXTS) and all(r["exit_layer"] == layer for r in rows)
     for row in rows:  # batched and padded, the answer is that of the line on its own
         probs = reference(model_folder, row["text"])[[1, 2, 3].index(layer)].softmax(-1)
@@ -121,12 +128,12 @@ def test_regression_model(tiny_model_dir: Path, tmp_path: Path) -> None:
 def test_write_jsonl_to_stream_and_file(model_folder: Path, tmp_path: Path) -> None:
     rows = list(predict_lines(model_folder, LINES, "confidence", 0.9))
     stream = io.StringIO()
-    assert write_jsonl(rows, stream) == len(TEXTS)
+    assert write_jsonl(rows, stream) == len(LINES)
     assert [json.loads(line) for line in stream.getvalue().splitlines()] == rows
     source = tmp_path / "in.txt"
     source.write_text("".join(LINES), encoding="utf-8")
     out = tmp_path / "out" / "predictions.jsonl"
     lines = read_lines(source)
-    assert write_jsonl(predict_lines(model_folder, lines, "confidence", 0.9), out) == len(TEXTS)
+    assert write_jsonl(predict_lines(model_folder, lines, "confidence", 0.9), out) == len(LINES)
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
     assert [p.name for p in out.parent.iterdir()] == ["predictions.jsonl"]

@@ -22,6 +22,8 @@ from aclpipe.errors import UserError
 # How a user points us at local GLUE files; every "data not found" message ends with it.
 LOCAL_OPTIONS = "--glue-dir, the GLUE_DIR environment variable, or data.glue_dir in params.yaml"
 _REFETCH = "supply the complete file from the original GLUE download"
+# STS-B similarity scores run from 0 (unrelated) to 5 (equivalent) (Cer et al. 2017).
+_SCORE_RANGE = (0.0, 5.0)
 # A reachability probe of the hub: without it, load_dataset retries for ~25 s before failing.
 _PROBE_TIMEOUT_S = 3.0
 
@@ -155,6 +157,12 @@ def _parse_label(task: Task, path: Path, line: int, value: str) -> int | float:
                 f"{path}, line {line}: score {value!r} is not a number; "
                 "fix the score column (a float such as 3.8)"
             )
+        low, high = _SCORE_RANGE
+        if not low <= score <= high:
+            raise UserError(
+                f"{path}, line {line}: score {value!r} is outside {task.folder}'s range "
+                f"{low:g} to {high:g}; fix the score column (a float from {low:g} to {high:g})"
+            )
         return score
     try:
         return task.labels.index(value)
@@ -271,6 +279,12 @@ def _hub_example(task: Task, hub_id: str, hub_split: str, n: int, row: dict) -> 
     text_b = row[task.text_columns[1]] if task.is_pair else None
     label = row["label"]
     if task.is_regression:
+        low, high = _SCORE_RANGE
+        if not low <= float(label) <= high:  # also catches the unlabelled test split's -1
+            raise UserError(
+                f"{hub_id} ({task.hub_config}, {hub_split}), row {n}: score {label} is outside "
+                f"{low:g} to {high:g} (test splits are unlabelled); use a labelled split"
+            )
         return Example(row[task.text_columns[0]], text_b, float(label))
     if not 0 <= int(label) < len(task.labels):
         raise UserError(

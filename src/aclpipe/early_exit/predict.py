@@ -1,6 +1,6 @@
 """Prediction with early exit: lines of text in, one JSON record per line out.
 
-Each non-empty line is a sentence, or a pair when it holds exactly one tab
+Each line is a sentence, or a pair when it holds exactly one tab
 (``premise<TAB>hypothesis``). Lines are read as a stream, tokenized (truncated to
 ``max_length``), batched in input order with right padding, and run through the early-exit
 runtime (``aclpipe.early_exit.runtime``) with a per-sample exit policy (METHODS.md, Exit policies).
@@ -10,6 +10,12 @@ Records come out in input order::
 
 ``label`` is a float and ``probability`` null for a regression model (STS-B); ``label_name``
 appears when label names are known (given, or saved by ``aclpipe export-exits``).
+
+Output line n always answers input line n, so the records can be pasted beside the input. A
+blank (or whitespace-only) line has nothing to classify: it gets a record in its place with
+``label``, ``probability`` and ``exit_layer`` null and ``"error": "blank line"``, and at the
+end one note on stderr counts them. This is the same for a file and for stdin (which is
+streamed, so it cannot be checked whole before the first record is written).
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ def predict_lines(
     max_length: int = 128,
     task_labels: list[str] | None = None,
 ) -> Iterator[dict]:
-    """Early-exit predictions for ``lines``, one record per non-empty line, in input order.
+    """Early-exit predictions for ``lines``, one record per line, in input order.
 
     The model, the tokenizer and the policy are checked when this is called (a bad
     threshold or folder raises ``UserError`` at once); the lines are read lazily, one batch
@@ -77,7 +83,9 @@ def predict_lines(
 
     Args:
         model_dir: an exported ``model/`` folder, or a training folder (weights + tokenizer).
-        lines: text lines (trailing newlines are stripped; blank lines are skipped).
+        lines: text lines (trailing newlines are stripped). A blank line gets a record with a
+            null label and ``"error": "blank line"`` (output stays aligned with input), and a
+            note on stderr at the end counts them.
         policy: entropy | patience | confidence.
         threshold: the policy's parameter (``S``, ``t`` or ``delta``).
         batch_size: lines per batch.
@@ -85,7 +93,8 @@ def predict_lines(
         task_labels: label names in index order; default: those saved with the export.
 
     Returns:
-        An iterator of ``{"label", ["label_name",] "probability", "exit_layer", "text"}``.
+        An iterator of ``{"label", ["label_name",] "probability", "exit_layer", "text"}``
+        (plus ``"error"`` on the records of blank lines).
     """
     if batch_size < 1 or max_length < 2:
         raise UserError(f"batch size {batch_size} and max length {max_length} must be >= 1 and 2")
@@ -119,34 +128,71 @@ def _predict(
     pad_id: int,
     names: list[str] | None,
 ) -> Iterator[dict]:
+    # The lines of the batch in input order; a blank line holds None in ``rows``.
     pending: list[str] = []
-    rows: list[dict] = []
+    rows: list[dict | None] = []
+    filled = 0  # non-blank rows in the batch
+    blank: list[int] = []
     for number, line in enumerate(lines, start=1):
         text = line.rstrip("\r\n")
         if not text.strip():
-            continue
+            blank.append(number)
+            if not filled:  # nothing waits for the model: answer at once
+                yield _blank_record(text, names)
+                continue
+            rows.append(None)
+        else:
+            rows.append(encode_line(tokenizer, text, number, max_length))
+            filled += 1
         pending.append(text)
-        rows.append(encode_line(tokenizer, text, number, max_length))
-        if len(rows) == batch_size:
+        if filled == batch_size:
             yield from _run_batch(runtime, rows, pending, pad_id, names)
-            pending, rows = [], []
+            pending, rows, filled = [], [], 0
     if rows:
         yield from _run_batch(runtime, rows, pending, pad_id, names)
+    if blank:
+        print(blank_note(blank), file=sys.stderr)
+
+
+def blank_note(numbers: list[int]) -> str:
+    """The one stderr line that counts the blank input lines (and names the first few)."""
+    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+    plural = "s" if len(numbers) > 1 else ""
+    return (
+        f"note: {len(numbers)} blank input line{plural} (line{plural} {shown}) got a record "
+        'with a null label and "error": "blank line", so output line n still answers input '
+        "line n"
+    )
+
+
+def _blank_record(text: str, names: list[str] | None) -> dict:
+    record: dict = {"label": None}
+    if names:
+        record["label_name"] = None
+    record.update(probability=None, exit_layer=None, text=text, error="blank line")
+    return record
 
 
 def _run_batch(
     runtime: EarlyExitRuntime,
-    rows: list[dict],
+    rows: list[dict | None],
     texts: list[str],
     pad_id: int,
     names: list[str] | None,
 ) -> Iterator[dict]:
-    batch = collate(rows, pad_id, regression=False)  # right-padded [b, T]
+    """Records for ``texts`` in order: the model's for each row, a blank record for None
+    (the first row is never None: a blank line before any row is answered at once)."""
+    batch = collate([row for row in rows if row is not None], pad_id, regression=False)  # [b, T]
     batch.pop("labels")
     result = runtime(**batch)
     logits = result.logits.float()  # [b, C]
     probs = logits.softmax(dim=-1)  # [b, C]; unused for regression
-    for i, text in enumerate(texts):
+    i = -1  # index into the batch of the last non-blank line
+    for row, text in zip(rows, texts):
+        if row is None:
+            yield _blank_record(text, names)
+            continue
+        i += 1
         record: dict = {}
         if runtime.regression:
             record["label"] = float(logits[i, 0])

@@ -4,7 +4,10 @@ For each policy and threshold, the score, mean exit layer, expected time ratio a
 speed-up come from the policy applied to the dev split's all-exit logits (no forward pass).
 The measured speed-up is the full model's wall-clock time over the early-exit runtime's on the
 same inputs (a fixed subset of the dev split), at batch size 1 and batched, each the median of
-several repeats after a warm-up, both timed in this process, interleaved.
+several repeats after a warm-up, both timed in this process, interleaved. Beside it, each
+point keeps the layer speed-up of the timed examples alone (``timed_layer_speedup``): the
+most that skipping layers can buy on exactly those inputs, against which a measured speed-up
+is judged (``aclpipe.evaluation.caveats``).
 """
 
 from __future__ import annotations
@@ -111,8 +114,13 @@ def sweep(
     grid_points: int,
     repeats: int,
     eps: float,
+    timing_index: list[int] | None = None,
 ) -> dict:
-    """Every policy over its threshold grid: quality, expected and measured speed-ups."""
+    """Every policy over its threshold grid: quality, expected and measured speed-ups.
+
+    ``timing_index``: the positions of ``timing_rows`` in the split (``logits``' second
+    axis); when given, each timed point also gets ``timed_layer_speedup``.
+    """
     exits, num_layers = model.spec.exits, model.num_layers
     policies = ["patience"] if task.is_regression else list(POLICIES)
     settings = [
@@ -130,11 +138,18 @@ def sweep(
     for i, point in enumerate(points):
         for size, measured in timing.items():
             point[f"measured_speedup_batch{size}"] = measured["full"] / measured["settings"][i]
+        if timing and timing_index is not None:
+            policy, threshold = settings[i]
+            timed_logits = logits[:, timing_index]  # [E, n, C]: per-sample choices, as for all
+            chosen = exit_indices(policy, threshold, timed_logits, task.is_regression, eps)
+            layers = np.asarray(exits)[chosen]  # [n]
+            point["timed_layer_speedup"] = float(len(layers) * num_layers / layers.sum())
     return {
         "exits": exits,
         "num_layers": num_layers,
         "timing_examples": len(timing_rows),
         "timing_repeats": repeats,
+        "timing_batch_sizes": list(timing),
         "full_model": {
             "score": full_score,
             "expected_time_ratio": exits[-1] / num_layers,

@@ -15,7 +15,14 @@ from aclpipe.config import EvaluateConfig
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.sweep import sweep
-from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.evaluation import caveats
+from aclpipe.evaluation.scoring import (
+    all_exit_logits,
+    exit_scores,
+    majority_prediction,
+    majority_scores,
+    split_labels,
+)
 from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, STEP_LOG
 from aclpipe.modeling.model import load_multi_exit
 
@@ -67,23 +74,34 @@ def evaluate(
     console: Console | None = None,
 ) -> dict:
     """Score every exit on each dev split (``metrics.json``); sweep the exit policies
-    (``curves.json``, ``curves.csv``)."""
+    (``curves.json``, ``curves.csv``).
+
+    Beside each split's scores, ``metrics.json`` holds the majority-class floor
+    (``majority_score``, ``majority_metrics``: a constant prediction of the most frequent
+    train label, ``scoring.majority_prediction``); a warning is printed when an exit scores
+    at or below it, or when the speed-ups were timed on too few examples or exceed their bound
+    (``aclpipe.evaluation.caveats``).
+    """
     batch_size = cfg.batch_size
     console = console or Console()
     model = load_multi_exit(model_dir).to(device)
     pad_id = model.encoder.config.pad_token_id or 0
     exits = model.spec.exits
     report = {"task": task.name, "method": method, "exits": exits, "splits": {}}
+    constant = majority_prediction(task, data_dir)
     for split, _, _ in task.dev_splits:
         rows = load_split(data_dir, split)
         logits = all_exit_logits(model, rows, batch_size, pad_id, task.is_regression, device)
         per_exit = exit_scores(task, logits, split_labels(rows, task))
         scores = [e["score"] for e in per_exit]
+        majority = majority_scores(task, constant, split_labels(rows, task))
         report["splits"][split] = {
             "examples": len(rows),
             "per_exit": [{"layer": k, **e} for k, e in zip(exits, per_exit)],
             "final_score": scores[-1],
             "average_over_exits": sum(scores) / len(scores),
+            "majority_score": majority["score"],
+            "majority_metrics": majority["metrics"],
         }
         if split == task.dev_splits[0][0]:
             primary_rows, primary_logits = rows, logits
@@ -91,6 +109,10 @@ def evaluate(
     report["final_score"] = primary["final_score"]
     report["average_over_exits"] = primary["average_over_exits"]
     report["gradient_rule"] = gradient_rule_summary(model_dir / STEP_LOG)
+    report["majority_score"] = primary["majority_score"]
+    report["majority_prediction"] = (
+        constant if task.is_regression else {"label": constant, "name": task.labels[constant]}
+    )
     curves = {
         "task": task.name,
         "method": method,
@@ -100,7 +122,9 @@ def evaluate(
         "points": [],
     }
     if cfg.sweep and model.num_exits > 1:
-        timing_rows = subsample(primary_rows, cfg.timing_examples, seed=0)
+        # The same examples as subsample(primary_rows, ...), with their positions kept.
+        timing_index = subsample(list(range(len(primary_rows))), cfg.timing_examples, seed=0)
+        timing_rows = [primary_rows[i] for i in timing_index]
         model.to("cpu")  # speed is measured on the CPU, where early exit is shipped here
         curves.update(
             sweep(
@@ -113,6 +137,7 @@ def evaluate(
                 cfg.grid_points,
                 cfg.timing_repeats,
                 cfg.patience_eps,
+                timing_index,
             )
         )
     else:
@@ -122,9 +147,46 @@ def evaluate(
         (tmp / CURVES_JSON).write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
         (tmp / CURVES_CSV).write_text(curves_csv(curves["points"]), encoding="utf-8")
     console.print(render_table(report))
+    for line in score_warnings(report) + timing_warnings(curves):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     if curves["points"]:
         console.print(render_curves(curves))
     return report
+
+
+def score_warnings(report: dict) -> list[str]:
+    """One line per split whose final exit, or else some exits, are at or below the floor."""
+    lines = []
+    for split, result in report["splits"].items():
+        name = f"{report['task']}/{report['method']}"
+        if len(report["splits"]) > 1:
+            name += f" {split}"
+        majority = result.get("majority_score")
+        per_exit = result["per_exit"]
+        if caveats.at_or_below(per_exit[-1]["score"], majority):
+            lines.append(caveats.final_warning(name, per_exit[-1]["score"], majority))
+            continue
+        low = [e["layer"] for e in per_exit if caveats.at_or_below(e["score"], majority)]
+        if low:
+            lines.append(caveats.exits_warning(name, low, majority))
+    return lines
+
+
+def timing_warnings(curves: dict) -> list[str]:
+    """Too few timed examples; measured speed-ups above their bound (one line each)."""
+    examples = curves.get("timing_examples")
+    name = f"{curves['task']}/{curves['method']}"
+    lines = [caveats.few_timed_warning(name, examples)] if caveats.too_few_timed(examples) else []
+    flagged = [
+        (f"{p['policy']}@{p['threshold']:g}", size, p[key], caveats.speedup_bound(p))
+        for p in curves["points"]
+        for size in (1, 32)
+        if caveats.is_noise(p.get(key := f"measured_speedup_batch{size}"), caveats.speedup_bound(p))
+    ]
+    if flagged:
+        note = caveats.timing_note(examples, curves.get("timing_repeats"))
+        lines.append(caveats.noise_warning(name, flagged, note))
+    return lines
 
 
 CURVE_COLUMNS = (
@@ -155,9 +217,12 @@ def _cell(value) -> str:
 
 
 def render_curves(curves: dict) -> Table:
+    """The sweep; measured speed-ups above their bound are marked ``*`` (see the caption)."""
     table = Table(
         title=f"{curves['task']} / {curves['method']}: exit policies "
-        f"(speed measured on {curves.get('timing_examples', 0)} dev examples)"
+        f"(speed measured on {curves.get('timing_examples', 0)} dev examples)",
+        caption=f"speed-ups {caveats.timing_note(curves.get('timing_examples'), curves.get('timing_repeats'))}; "
+        f"{caveats.NOISE_FOOTNOTE}",
     )
     for column in (
         "policy",
@@ -176,23 +241,36 @@ def render_curves(curves: dict) -> Table:
             f"{100 * p['score']:.2f}",
             f"{p['mean_exit_layer']:.2f}",
             f"{p['layer_speedup']:.2f}x",
-            _speed(p.get("measured_speedup_batch1")),
-            _speed(p.get("measured_speedup_batch32")),
+            _speed(p.get("measured_speedup_batch1"), caveats.speedup_bound(p)),
+            _speed(p.get("measured_speedup_batch32"), caveats.speedup_bound(p)),
         )
     return table
 
 
-def _speed(value) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def _speed(value, bound=None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" + (caveats.NOISE_MARK if caveats.is_noise(value, bound) else "")
 
 
 def render_table(report: dict) -> Table:
-    table = Table(title=f"{report['task']} / {report['method']}: dev score per exit (x100)")
+    table = Table(
+        title=f"{report['task']} / {report['method']}: dev score per exit (x100)",
+        caption="majority: the score of predicting the most frequent train label for every "
+        "example (STS-B: the train mean, whose correlations are 0)",
+    )
     table.add_column("split")
     for k in report["exits"]:
         table.add_column(f"L{k}", justify="right")
     table.add_column("avg", justify="right")
+    table.add_column("majority", justify="right")
     for split, result in report["splits"].items():
         cells = [f"{100 * e['score']:.2f}" for e in result["per_exit"]]
-        table.add_row(split, *cells, f"{100 * result['average_over_exits']:.2f}")
+        majority = result.get("majority_score")
+        table.add_row(
+            split,
+            *cells,
+            f"{100 * result['average_over_exits']:.2f}",
+            "-" if majority is None else f"{100 * majority:.2f}",
+        )
     return table

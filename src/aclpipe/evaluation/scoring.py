@@ -1,10 +1,13 @@
-"""All-exit forward passes over a split, and per-exit GLUE scores."""
+"""All-exit forward passes over a split, per-exit GLUE scores, and the majority-class floor."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
 from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
 from aclpipe.modeling.batching import collate
@@ -55,3 +58,36 @@ def split_labels(rows: list[dict], task: Task) -> np.ndarray:
     return np.array(
         [r["label"] for r in rows], dtype=np.float64 if task.is_regression else np.int64
     )
+
+
+def majority_prediction(task: Task, data_dir: Path) -> int | float:
+    """The constant prediction of the majority-class floor: the most frequent train label.
+
+    Read from the train label counts that ``aclpipe prepare`` records in ``meta.json`` (of
+    the train examples kept, after ``data.max_train_samples``); a tie goes to the lower
+    label index. For STS-B (regression) it is the train mean. When ``meta.json`` lacks the
+    counts, the labels of ``train.jsonl`` are counted instead.
+    """
+    counts = load_meta(data_dir).get("splits", {}).get("train", {}).get("labels")
+    if task.is_regression:
+        if counts and "mean" in counts:
+            return float(counts["mean"])
+        return float(np.mean([r["label"] for r in load_split(data_dir, "train")]))
+    if counts and all(name in counts for name in task.labels):
+        per_class = [counts[name] for name in task.labels]
+    else:
+        labels = [int(r["label"]) for r in load_split(data_dir, "train")]
+        per_class = np.bincount(labels, minlength=task.num_labels).tolist()
+    return int(np.argmax(per_class))  # argmax: the first of tied counts
+
+
+def majority_scores(task: Task, prediction: int | float, labels: np.ndarray) -> dict:
+    """Metrics and score of predicting ``prediction`` for every example: the floor.
+
+    A constant makes MCC (CoLA) and the STS-B correlations undefined; they are scored 0, as
+    for any collapsed exit (``metrics.py``), so the floor is 0 there; MRPC and QQP get the
+    accuracy and F1 of the constant (F1 0 when the constant is the negative class).
+    """
+    constant = np.full(len(labels), prediction)  # [N]
+    metrics = compute_metrics(task, constant, labels)
+    return {"metrics": metrics, "score": task_score(task, metrics)}

@@ -4,7 +4,13 @@ The reference is the full ``ce`` model's dev score. For a budget of ``b`` points
 method's admissible settings are those of its early-exit sweep (``curves.json``), and its full
 model, that score at least ``reference - b / 100``; we report the one with the best layer
 speed-up, with that same setting's measured speed-ups at batch 1 and 32. Also the score of
-every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``."""
+every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``.
+
+Beside every table: the majority-class score (``metrics.json``'s ``majority_score``, METHODS.md
+"Comparisons"); a method whose full model is at or below it and a budget whose floor is at or
+below it are marked, a measured speed-up above its layer bound is marked ``*``, and too few
+timed examples are said, each also as a one-line warning (tables and warnings:
+``tradeoff_tables``; the rules: ``aclpipe.evaluation.caveats``)."""
 
 from __future__ import annotations
 
@@ -14,12 +20,19 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from aclpipe import atomic
 from aclpipe.errors import UserError
+from aclpipe.evaluation import caveats
 from aclpipe.layout import CURVES_JSON, METRICS
 from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
+from aclpipe.study.tradeoff_tables import (
+    markdown,
+    method_names,
+    render_budget_table,
+    render_exit_table,
+    warnings,
+)
 
 BUDGETS = (0, 1, 2, 5)
 # A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
@@ -90,13 +103,18 @@ def full_model_point(result: dict) -> dict:
     return {"policy": "full", "threshold": None, "score": full.get("score", metrics["final_score"]),
             "mean_exit_layer": metrics["exits"][-1], "expected_time_ratio": ratio,
             "layer_speedup": 1.0 / ratio, "measured_speedup_batch1": 1.0,
-            "measured_speedup_batch32": 1.0}  # fmt: skip
+            "measured_speedup_batch32": 1.0, "speedup_bound": None}  # fmt: skip
 
 
 def method_points(result: dict) -> list[dict]:
-    """The full model first, then every sweep point (fields of ``POINT_FIELDS``)."""
+    """The full model first, then every sweep point (fields of ``POINT_FIELDS``, and the
+    ``speedup_bound`` its measured speed-ups are judged against)."""
     sweep = (result["curves"] or {}).get("points", [])
-    return [full_model_point(result), *({f: p.get(f) for f in POINT_FIELDS} for p in sweep)]
+    return [
+        full_model_point(result),
+        *({**{f: p.get(f) for f in POINT_FIELDS}, "speedup_bound": caveats.speedup_bound(p)}
+          for p in sweep),
+    ]  # fmt: skip
 
 
 def best_within(points: list[dict], min_score: float) -> dict | None:
@@ -142,7 +160,8 @@ def tradeoff(
               "model counts" for m, r in results.items() if not r["curves"] and len(r["metrics"]["exits"]) > 1]  # fmt: skip
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
-    reference = _read_json(task_dir / "ce" / METRICS)["final_score"]
+    ce_metrics = _read_json(task_dir / "ce" / METRICS)
+    reference, majority = ce_metrics["final_score"], ce_metrics.get("majority_score")
     points = {m: method_points(r) for m, r in results.items()}
     exit_scores = {m: exit_score_table(r) for m, r in results.items()}
     curves = [r["curves"] for r in results.values() if r["curves"]]
@@ -150,12 +169,17 @@ def tradeoff(
         "task": task, "reference": reference, "budgets": list(budgets),
         "rows": budget_rows(points, reference, budgets), "exit_scores": exit_scores,
         "num_layers": max([c["num_layers"] for c in curves] + [max(s) for s in exit_scores.values()]),
-        "missing": missing,
+        "missing": missing, "majority": majority,
+        "timing": {m: r["curves"].get("timing_examples") for m, r in results.items() if r["curves"]},
     }  # fmt: skip
     summary = {m: r["metrics"] for m, r in results.items()}
+    report["names"] = method_names(report, summary)  # with the majority mark
+    report["warnings"] = warnings(report, summary)
     console.print(render_budget_table(report))
     console.print(render_exit_table(report, summary))
-    timing = next((c["timing_examples"] for c in curves if c.get("timing_examples")), None)
+    for line in report["warnings"]:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    timing = next((n for n in report["timing"].values() if n), None)
     texts = {
         "tradeoff.md": markdown(report, summary, timing),
         "tradeoff.csv": to_csv(ROW_FIELDS, report["rows"]),
@@ -169,8 +193,9 @@ def tradeoff(
     with atomic.atomic_files(task_dir, last="tradeoff.md") as tmp:  # one set, the table last
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        draw_score_vs_time(task, points, reference, tmp / PLOTS[0])
-        draw_exit_scores(task, exit_scores, report["num_layers"], reference, tmp / PLOTS[1])
+        draw_score_vs_time(task, points, reference, tmp / PLOTS[0], majority)
+        draw_exit_scores(task, exit_scores, report["num_layers"], reference, tmp / PLOTS[1],
+                         majority)  # fmt: skip
     report["files"] = [str(task_dir / n) for n in NAMES]
     console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
     return report
@@ -186,105 +211,9 @@ def budget_rows(
             min_score = round(reference - budget / 100, 10)  # 0.79, not 0.7900000000000001
             best = best_within(own, min_score) or dict.fromkeys(POINT_FIELDS)
             rows.append({"method": method, "budget_points": budget, "min_score": min_score,
-                         **{f: best[f] for f in POINT_FIELDS}})  # fmt: skip
+                         **{f: best[f] for f in POINT_FIELDS},
+                         "speedup_bound": best.get("speedup_bound")})  # fmt: skip
     return rows
-
-
-def _speedup(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}×"
-
-
-def _setting(row: dict) -> str:
-    if row["policy"] == "full":
-        return "full model"
-    return f"{row['policy']}@{row['threshold']:g}"
-
-
-def _budget_name(budget: int) -> str:
-    return "no drop" if budget == 0 else f"≤ {budget} pt{'s' if budget != 1 else ''} drop"
-
-
-def _cells(report: dict, method: str, sep: str) -> list[str]:
-    """Per budget: layer speed-up (score x100), measured batch 1 / 32, the setting; or "-"."""
-    rows = [r for r in report["rows"] if r["method"] == method]
-    return [
-        "-"
-        if r["policy"] is None
-        else sep.join([
-            f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
-            f"{_speedup(r['measured_speedup_batch1'])} / {_speedup(r['measured_speedup_batch32'])}",
-            _setting(r),
-        ])
-        for r in rows
-    ]  # fmt: skip
-
-
-def render_budget_table(report: dict) -> Table:
-    """Rich table: rows methods, one column per budget."""
-    table = Table(
-        title=f"{report['task']}: best speed-up within a score budget "
-        f"(reference ce {100 * report['reference']:.2f})",
-        caption="each cell: layer speed-up (score x100) / measured speed-up, batch 1 / 32 / setting",
-    )
-    table.add_column("method")
-    for budget in report["budgets"]:
-        table.add_column(_budget_name(budget), justify="right")
-    for method in report["exit_scores"]:
-        table.add_row(method, *_cells(report, method, "\n"))
-    return table
-
-
-def _exit_header(report: dict) -> list[str]:
-    return ["method", *(f"L{k}" for k in range(1, report["num_layers"] + 1)), "final", "avg"]
-
-
-def _exit_cells(report: dict, metrics: dict, method: str) -> list[str]:
-    """Score x100 per layer 1..L (blank where there is no exit), final, average over exits."""
-    scores = report["exit_scores"][method]
-    layers = range(1, report["num_layers"] + 1)
-    cells = [f"{100 * scores[k]:.2f}" if k in scores else "" for k in layers]
-    return [*cells, *(f"{100 * metrics[f]:.2f}" for f in ("final_score", "average_over_exits"))]
-
-
-def render_exit_table(report: dict, summary: dict) -> Table:
-    """Rich table: rows methods, columns layers 1..L (blank where no exit), final, average."""
-    table = Table(title=f"{report['task']}: dev score per exit layer (x100; avg over exits)")
-    for i, name in enumerate(_exit_header(report)):
-        table.add_column(name, justify="right" if i else "left")
-    for method, metrics in summary.items():
-        table.add_row(method, *_exit_cells(report, metrics, method))
-    return table
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def markdown(report: dict, summary: dict, timing_examples: int | None) -> str:
-    """Both tables as Markdown, with the reference and how the speed-ups are measured."""
-    on = f" on {timing_examples} dev examples" if timing_examples else ""
-    budgets = _md_table(
-        ["method", *(_budget_name(b) for b in report["budgets"])],
-        [[m, *_cells(report, m, "; ")] for m in report["exit_scores"]],
-    )
-    exits = _md_table(
-        _exit_header(report),
-        [[m, *_exit_cells(report, metrics, m)] for m, metrics in summary.items()],
-    )
-    missing = "".join(f"\nNo results for {m}.\n" for m in report["missing"])
-    return (
-        f"# {report['task']}: speed-up within a score budget\n\n"
-        f"Reference: the full ce model's dev score, {100 * report['reference']:.2f} (x100). "
-        "A budget of b points admits every setting scoring at least reference - b.\n\n"
-        "Each cell: layer speed-up (score x100); measured speed-up at batch 1 / batch 32; the "
-        "setting (policy@threshold, or the full model); - when no setting meets the budget.\n\n"
-        f"Layer speed-up = 1 / expected time ratio (layers run / all layers); measured speed-up = "
-        f"the full model's wall-clock time over the early-exit runtime's{on}, median of repeats "
-        "after a warm-up.\n\n"
-        f"{budgets}\n{missing}\n## Dev score per exit layer (x100; avg: over exits)\n\n{exits}\n"
-    )
 
 
 def to_csv(fields: list[str], rows: list[dict]) -> str:

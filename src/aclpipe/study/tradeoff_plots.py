@@ -3,6 +3,8 @@
 ``draw_score_vs_time``: score against expected time ratio, per method the best-score envelope
 (the papers' quality/speed curves) over its faint sweep points, the ce reference dashed.
 ``draw_exit_scores``: score per exit layer per method (the papers' layer-score curves).
+Both draw the majority-class score (a constant prediction) dotted, when it is known: what lies
+on or below it is no result.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def _save(fig, path: Path) -> None:
         raise
 
 
+def _majority_line(ax, majority: float | None) -> None:
+    if majority is not None:
+        ax.axhline(100 * majority, color="grey", linestyle=":", linewidth=1.2,
+                   label=f"majority class ({100 * majority:.2f})")  # fmt: skip
+
+
 def envelope(points: list[dict]) -> list[dict]:
     """Points not beaten by a cheaper one: sorted by time ratio, each scores above all cheaper."""
     front, best = [], float("-inf")
@@ -51,8 +59,9 @@ def envelope(points: list[dict]) -> list[dict]:
 
 
 def draw_score_vs_time(
-    task: str, points: dict[str, list[dict]], reference: float, path: Path
-) -> None:
+    task: str, points: dict[str, list[dict]], reference: float, path: Path,
+    majority: float | None = None,
+) -> None:  # fmt: skip
     """Score (x100) against expected time ratio; one colour per method, markers by policy."""
     fig = _figure(7.5, 4.8)
     ax = fig.add_subplot()
@@ -76,6 +85,7 @@ def draw_score_vs_time(
         )  # fmt: skip
     ax.axhline(100 * reference, color="black", linestyle="--", linewidth=1,
                label=f"ce full model ({100 * reference:.2f})")  # fmt: skip
+    _majority_line(ax, majority)
     for policy, marker in _MARKERS.items():  # legend entries for the markers' shapes
         ax.scatter(
             [], [], color="grey", marker=marker, label="full model" if policy == "full" else policy
@@ -92,7 +102,7 @@ def draw_score_vs_time(
 
 def draw_exit_scores(
     task: str, exit_scores: dict[str, dict[int, float]], num_layers: int, reference: float,
-    path: Path,
+    path: Path, majority: float | None = None,
 ) -> None:  # fmt: skip
     """Score (x100) of each exit layer, one line per method (a marker for single exits)."""
     fig = _figure(7.5, 4.8)
@@ -106,6 +116,7 @@ def draw_exit_scores(
         )  # fmt: skip
     ax.axhline(100 * reference, color="black", linestyle="--", linewidth=1,
                label=f"ce full model ({100 * reference:.2f})")  # fmt: skip
+    _majority_line(ax, majority)
     ax.set_xticks(range(1, num_layers + 1))
     ax.set_xlim(0.5, num_layers + 0.5)
     ax.set_xlabel("exit layer")

@@ -1,0 +1,211 @@
+"""The trade-off report's tables (console and Markdown) and its warnings.
+
+``render_budget_table`` and ``render_exit_table`` print with rich; ``markdown`` writes both as
+``tradeoff.md``. Beside every table: the majority-class score; a method whose full model is at
+or below it is marked ``(≤ majority)``, a budget whose floor is at or below it
+``(floor ≤ majority)``, a measured speed-up above its layer bound ``*``, and too few timed
+examples are said (``aclpipe.evaluation.caveats``); ``warnings`` says each in one line.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from aclpipe.evaluation import caveats
+
+
+def _name(report: dict, method: str) -> str:
+    return f"{report['task']}/{method}"
+
+
+def _low_methods(report: dict, summary: dict) -> list[str]:
+    """Methods whose full model scores at or below the majority-class score."""
+    return [m for m, metrics in summary.items()
+            if caveats.at_or_below(metrics["final_score"], report["majority"])]  # fmt: skip
+
+
+def _low_budgets(report: dict) -> list[int]:
+    """Budgets whose floor (reference minus b points) is at or below the majority score."""
+    return [b for b in report["budgets"]
+            if caveats.at_or_below(round(report["reference"] - b / 100, 10), report["majority"])]  # fmt: skip
+
+
+def _noisy(row: dict, size: int) -> bool:
+    return caveats.is_noise(row[f"measured_speedup_batch{size}"], row.get("speedup_bound"))
+
+
+def warnings(report: dict, summary: dict) -> list[str]:
+    """One line per method at or below the floor, per budget whose floor is at or below it,
+    per method timed on too few examples and per method with noisy speed-ups in the table."""
+    majority, lines = report["majority"], []
+    for method in _low_methods(report, summary):
+        lines.append(caveats.final_warning(_name(report, method),
+                                           summary[method]["final_score"], majority, "full model",
+                                           "its"))  # fmt: skip
+    for budget in _low_budgets(report):
+        floor = round(report["reference"] - budget / 100, 10)
+        lines.append(caveats.budget_warning(report["task"], _budget_name(budget), floor, majority))
+    for method, examples in report["timing"].items():
+        if caveats.too_few_timed(examples):
+            lines.append(caveats.few_timed_warning(_name(report, method), examples))
+        flagged = {(_setting(r), size, r[f"measured_speedup_batch{size}"], r["speedup_bound"])
+                   for r in report["rows"] if r["method"] == method and r["policy"] is not None
+                   for size in (1, 32) if _noisy(r, size)}  # fmt: skip
+        if flagged:
+            timed = caveats.timing_note(examples)
+            lines.append(caveats.noise_warning(_name(report, method), sorted(flagged), timed))
+    return lines
+
+
+def _speedup(value: float | None, noisy: bool = False) -> str:
+    return "n/a" if value is None else f"{value:.2f}×" + (caveats.NOISE_MARK if noisy else "")
+
+
+def _setting(row: dict) -> str:
+    if row["policy"] == "full":
+        return "full model"
+    return f"{row['policy']}@{row['threshold']:g}"
+
+
+def _budget_name(budget: int) -> str:
+    return "no drop" if budget == 0 else f"≤ {budget} pt{'s' if budget != 1 else ''} drop"
+
+
+_LOW_BUDGET = " (floor ≤ majority)"
+_LOW_METHOD = " (≤ majority)"
+
+
+def _budget_header(report: dict) -> list[str]:
+    low = _low_budgets(report)
+    return [_budget_name(b) + (_LOW_BUDGET if b in low else "") for b in report["budgets"]]
+
+
+def method_names(report: dict, summary: dict) -> dict[str, str]:
+    low = _low_methods(report, summary)
+    return {m: m + (_LOW_METHOD if m in low else "") for m in report["exit_scores"]}
+
+
+def _majority_line(report: dict) -> str:
+    majority = report["majority"]
+    if majority is None:
+        return ("majority-class score: not recorded (metrics.json predates it: run "
+                "`aclpipe evaluate` again)")  # fmt: skip
+    return (f"majority-class score {100 * majority:.2f} (x100; every example given the most "
+            "frequent train label; STS-B: 0)")  # fmt: skip
+
+
+def _marks_note(report: dict) -> str:
+    """What each mark in the tables means, for the marks they hold ("" when none)."""
+    notes = []
+    if any(name.endswith(_LOW_METHOD) for name in report["names"].values()):
+        notes.append(f"{_LOW_METHOD.strip()} after a method: its full model scores at or below "
+                     "the majority-class score")  # fmt: skip
+    if _low_budgets(report):
+        notes.append(f"{_LOW_BUDGET.strip()} on a budget: its floor is at or below the "
+                     "majority-class score, so a constant guess meets it")  # fmt: skip
+    if any(_noisy(r, size) for r in report["rows"] if r["policy"] for size in (1, 32)):
+        notes.append(caveats.NOISE_FOOTNOTE)
+    return " ".join(f"{n}." for n in notes)
+
+
+def _cells(report: dict, method: str, sep: str) -> list[str]:
+    """Per budget: layer speed-up (score x100), measured batch 1 / 32, the setting; or "-"."""
+    rows = [r for r in report["rows"] if r["method"] == method]
+    return [
+        "-"
+        if r["policy"] is None
+        else sep.join([
+            f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
+            f"{_speedup(r['measured_speedup_batch1'], _noisy(r, 1))} / "
+            f"{_speedup(r['measured_speedup_batch32'], _noisy(r, 32))}",
+            _setting(r),
+        ])
+        for r in rows
+    ]  # fmt: skip
+
+
+def render_budget_table(report: dict) -> Table:
+    """Rich table: rows methods, one column per budget; the floor and marks in the caption."""
+    table = Table(
+        title=f"{report['task']}: best speed-up within a score budget "
+        f"(reference ce {100 * report['reference']:.2f}; {_majority_line(report)})",
+        caption="each cell: layer speed-up (score x100) / measured speed-up, batch 1 / 32 / "
+        f"setting; speed-ups {caveats.timing_note(_timed(report))}. {_marks_note(report)}",
+    )
+    names = report["names"]
+    table.add_column("method")
+    for header in _budget_header(report):
+        table.add_column(header, justify="right")
+    for method in report["exit_scores"]:
+        table.add_row(names[method], *_cells(report, method, "\n"))
+    return table
+
+
+def _timed(report: dict) -> int | None:
+    """The fewest examples any method was timed on (what the table's speed-ups rest on)."""
+    counts = [n for n in report.get("timing", {}).values() if n]
+    return min(counts) if counts else None
+
+
+def _exit_header(report: dict) -> list[str]:
+    return ["method", *(f"L{k}" for k in range(1, report["num_layers"] + 1)), "final", "avg"]
+
+
+def _exit_cells(report: dict, metrics: dict, method: str) -> list[str]:
+    """Score x100 per layer 1..L (blank where there is no exit), final, average over exits."""
+    scores = report["exit_scores"][method]
+    layers = range(1, report["num_layers"] + 1)
+    cells = [f"{100 * scores[k]:.2f}" if k in scores else "" for k in layers]
+    return [*cells, *(f"{100 * metrics[f]:.2f}" for f in ("final_score", "average_over_exits"))]
+
+
+def render_exit_table(report: dict, summary: dict) -> Table:
+    """Rich table: rows methods, columns layers 1..L (blank where no exit), final, average."""
+    table = Table(
+        title=f"{report['task']}: dev score per exit layer (x100; avg over exits)",
+        caption=_majority_line(report),
+    )
+    for i, name in enumerate(_exit_header(report)):
+        table.add_column(name, justify="right" if i else "left")
+    names = report["names"]
+    for method, metrics in summary.items():
+        table.add_row(names[method], *_exit_cells(report, metrics, method))
+    return table
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(report: dict, summary: dict, timing_examples: int | None) -> str:
+    """Both tables as Markdown, with the reference and how the speed-ups are measured."""
+    on = f" on {timing_examples} dev examples" if timing_examples else ""
+    names = report["names"]
+    budgets = _md_table(
+        ["method", *_budget_header(report)],
+        [[names[m], *_cells(report, m, "; ")] for m in report["exit_scores"]],
+    )
+    exits = _md_table(
+        _exit_header(report),
+        [[names[m], *_exit_cells(report, metrics, m)] for m, metrics in summary.items()],
+    )
+    missing = "".join(f"\nNo results for {m}.\n" for m in report["missing"])
+    majority = f"{_majority_line(report)[0].upper()}{_majority_line(report)[1:]}."
+    timed = f"Speed-ups {caveats.timing_note(_timed(report))}."
+    notes = "".join(f"\n- {line.removeprefix('warning: ')}" for line in report["warnings"])
+    notes = f"\nWarnings:\n{notes}\n" if notes else ""
+    return (
+        f"# {report['task']}: speed-up within a score budget\n\n"
+        f"Reference: the full ce model's dev score, {100 * report['reference']:.2f} (x100). "
+        "A budget of b points admits every setting scoring at least reference - b.\n\n"
+        "Each cell: layer speed-up (score x100); measured speed-up at batch 1 / batch 32; the "
+        "setting (policy@threshold, or the full model); - when no setting meets the budget.\n\n"
+        f"Layer speed-up = 1 / expected time ratio (layers run / all layers); measured speed-up = "
+        f"the full model's wall-clock time over the early-exit runtime's{on}, median of repeats "
+        "after a warm-up.\n\n"
+        f"{majority} {timed} {_marks_note(report)}\n{notes}\n"
+        f"{budgets}\n{missing}\n## Dev score per exit layer (x100; avg: over exits)\n\n"
+        f"{majority}\n\n{exits}\n"
+    )
