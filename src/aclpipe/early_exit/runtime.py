@@ -86,9 +86,9 @@ class EarlyExitRuntime:
             k = self.exit_at[depth]
             logits = self.heads[k](kept, pool_mask).float()  # [b, C]
             if k < last_exit:  # one tolist() and plain Python: see aclpipe.early_exit.policies
-                seen = [
-                    w[len(w) + 1 - self.window :] + [row] for w, row in zip(seen, logits.tolist())
-                ]
+                window = self.window  # keep the newest `window`; a start index computed
+                # from len(w) goes negative early on and then counts from the end (t >= 3)
+                seen = [(w + [row])[-window:] for w, row in zip(seen, logits.tolist())]
                 decided = [
                     leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
                 ]
