@@ -4,7 +4,8 @@ A trained multi-exit model (``aclpipe finetune``) on its task's dev split (``acl
 
 1. Early exit. For each policy (entropy, confidence, patience) up to three thresholds, picked
    from the model's own dev logits so that the layer speed-up spans light to heavy exiting
-   (near 1.5x, 2.2x and 3.2x, inside 1.3x to 4x; patience only has whole t, at most E/(t+1)x).
+   (near 1.5x, 2.2x and 3.2x, inside 1.3x to 4x; patience only has whole t, at most E/(t+1)x,
+   and patience 3 is always among them when the model has more than 3 exits).
    Per setting and batch size (1 and 32):
 
    - layer speed-up = ``L * N / sum(exit layers)``, the policy applied to the all-exit logits
@@ -66,6 +67,7 @@ POLICIES = ("entropy", "confidence", "patience")
 TARGET_SPEEDUPS = (1.5, 2.2, 3.2)  # light, medium, heavy exiting (layer speed-up)
 SPEEDUP_RANGE = (1.3, 4.0)
 TARGET_RATIO = {1: 0.9, 32: 0.8}  # measured / layer speed-up (issue: early-exit speed)
+PATIENCE_ALWAYS = 3  # timed whatever its speed-up: the runtime once lost history from t = 3 on
 
 
 # --- thresholds ------------------------------------------------------------------------------
@@ -105,7 +107,12 @@ def pick_thresholds(logits: np.ndarray, exits: list[int], policy: str, num_label
         picks = [nearest_threshold(logits, exits, policy, g, lo, hi) for g in TARGET_SPEEDUPS]
     speedups = {t: layer_speedup(logits, exits, policy, t) for t in picks}
     inside = [t for t in speedups if SPEEDUP_RANGE[0] <= speedups[t] <= SPEEDUP_RANGE[1]]
-    return sorted(inside or speedups, key=speedups.get)
+    chosen = set(inside or speedups)
+    if policy == "patience" and len(exits) > PATIENCE_ALWAYS:  # t <= E - 1
+        t = float(PATIENCE_ALWAYS)
+        speedups.setdefault(t, layer_speedup(logits, exits, policy, t))
+        chosen.add(t)
+    return sorted(chosen, key=speedups.get)
 
 
 # --- timing ----------------------------------------------------------------------------------

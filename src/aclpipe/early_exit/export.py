@@ -42,7 +42,8 @@ from aclpipe.evaluation.scoring import all_exit_logits, split_labels
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, EXPORT_MODEL, TASK_FILE
 from aclpipe.modeling.backbone import load_tokenizer_from
 from aclpipe.modeling.batching import collate
-from aclpipe.modeling.model import MultiExitModel, additive_mask, load_multi_exit
+from aclpipe.modeling.layerwise import check_layerwise, forward_to_exits
+from aclpipe.modeling.model import MultiExitModel, load_multi_exit
 
 PARITY_ROWS = 6  # rows of spread lengths in the parity batch (plus one row on its own)
 
@@ -51,18 +52,21 @@ class ExitGraph(nn.Module):
     """Embeddings, layers ``1..k`` and exit ``k``'s head of a ``MultiExitModel``.
 
     Holds only the modules exit ``k`` needs (shared with the model, not copied), so the
-    exported graph carries no deeper layer and no other head. Runs the layers as the
-    early-exit runtime does (``aclpipe.early_exit.runtime``), which the parity check compares with the
-    model's own forward.
+    exported graph carries no deeper layer and no other head. Runs them through the model's
+    ``LayerRunner`` as the early-exit runtime does (``aclpipe.modeling.layerwise``), but always
+    with the mask (an exported graph cannot branch on whether a batch has padding); building
+    one checks, once per model, that the layer run reproduces the model's forward.
     """
 
     def __init__(self, model: MultiExitModel, index: int, use_token_types: bool) -> None:
         super().__init__()
-        self.embeddings = model.encoder.embeddings
-        self.layers = nn.ModuleList(model.layer_modules()[: model.spec.exits[index]])
-        self.head = model.heads[index]
+        check_layerwise(model)
+        head = model.heads[index]
+        self.runner = model.layer_runner()  # a plain object: its modules are registered below
+        for name, module in self.runner.modules(head.layer).items():
+            self.add_module(name, module)  # embeddings, layers, and what else the layers read
+        self.head = head
         self.use_token_types = use_token_types
-        self.keep_all_layers = model.spec.pooling == "layer-attention"  # it reads h_0..h_k
 
     def forward(
         self,
@@ -70,17 +74,11 @@ class ExitGraph(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if self.use_token_types:
-            hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-        else:
-            hidden = self.embeddings(input_ids=input_ids)  # [B, T, H]
-        mask4d = additive_mask(attention_mask, hidden.dtype)  # [B, 1, 1, T]
-        kept = [hidden]
-        for layer in self.layers:
-            out = layer(hidden, mask4d)
-            hidden = out[0] if isinstance(out, tuple) else out  # [B, T, H]
-            kept = kept + [hidden] if self.keep_all_layers else [hidden]
-        return self.head.classifier(self.head.pooler(kept, attention_mask))  # [B, C]
+        types = token_type_ids if self.use_token_types else None
+        (logits,) = forward_to_exits(
+            self.runner, [self.head], input_ids, attention_mask, types, skip_unpadded_mask=False
+        )
+        return logits  # [B, C]
 
 
 def uses_token_types(model: MultiExitModel, tokenizer) -> bool:

@@ -4,7 +4,9 @@ After each exit the policy (``aclpipe.early_exit.policies.leaves``) decides, sam
 leaves; those samples leave the batch and the rest go on, so no layer runs for a finished
 sample. Padding columns that only finished samples needed are trimmed as the batch shrinks
 (batches are right-padded). The full model baseline (``full_forward``) runs the same layers
-with only the deepest exit's head, so the two are timed on equal terms.
+with only the deepest exit's head, so the two are timed on equal terms. Both run the encoder
+through the model's ``LayerRunner`` (``aclpipe.modeling.layerwise``), checked once per model
+against its forward (``check_layerwise``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from aclpipe.early_exit.policies import check_policy, check_threshold, leaves
-from aclpipe.modeling.model import MultiExitModel, additive_mask
-from aclpipe.modeling.pooling import MeanPooler, masked_mean
+from aclpipe.modeling.layerwise import check_layerwise
+from aclpipe.modeling.model import MultiExitModel
 
 
 @dataclass
@@ -23,23 +25,6 @@ class EarlyExitResult:
     logits: torch.Tensor  # [B, C], the logits at the exit each sample left by
     exit_index: torch.Tensor  # [B], 0-based index into model.spec.exits
     exit_layer: torch.Tensor  # [B], the 1-based layer of that exit
-
-
-def _head_call(head):
-    """``head.classifier(head.pooler(kept, mask))`` as one function. For mean pooling it calls
-    the two operations directly (the same arithmetic, bitwise): at batch 1 each module call
-    costs tens of microseconds of Python around a few microseconds of work."""
-    if isinstance(head.pooler, MeanPooler):
-        weight, bias = head.classifier.weight, head.classifier.bias
-        return lambda kept, mask: torch.nn.functional.linear(
-            masked_mean(kept[-1], mask), weight, bias
-        )
-    return lambda kept, mask: head.classifier(head.pooler(kept, mask))
-
-
-def _layer_call(layer, hidden: torch.Tensor, mask4d: torch.Tensor) -> torch.Tensor:
-    out = layer(hidden, mask4d)
-    return out[0] if isinstance(out, tuple) else out
 
 
 class EarlyExitRuntime:
@@ -57,38 +42,41 @@ class EarlyExitRuntime:
         check_policy(policy, regression)
         self.model, self.policy, self.threshold = model.eval(), policy, threshold
         self.regression, self.eps = regression, eps
-        self.layers = model.layer_modules()
+        check_layerwise(model)  # once per model: a UserError if layers alone miss something
+        self.runner = model.layer_runner()
+        self.calls = self.runner.calls[: model.spec.exits[-1]]  # layer k: calls[k - 1]
         self.exit_at = {layer: i for i, layer in enumerate(model.spec.exits)}  # layer -> exit index
-        self.keep_all_layers = model.spec.pooling == "layer-attention"  # it reads h_0..h_k
+        self.keep_all_layers = any(head.pooler.reads_all_layers for head in model.heads)
         self.exit_layers = torch.tensor(model.spec.exits)
-        self.heads = [_head_call(head) for head in model.heads]
+        self.heads = [head.logits for head in model.heads]
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
         self.window = int(threshold) + 1 if policy == "patience" else 1
 
     @torch.inference_mode()
     def __call__(self, input_ids, attention_mask, token_type_ids=None) -> EarlyExitResult:
-        model, batch = self.model, input_ids.shape[0]
+        model, runner, batch = self.model, self.runner, input_ids.shape[0]
         last_exit = model.num_exits - 1
         out_logits: torch.Tensor | None = None  # filled when a first sample leaves
         out_index = torch.full((batch,), last_exit, dtype=torch.long)
         active: torch.Tensor | None = None  # original positions of those running; None = all
         mask = attention_mask
-        hidden = model.embed(input_ids, token_type_ids)  # [b, T, H]
-        mask4d, pool_mask = _masks(mask, hidden.dtype)  # rebuilt only when the batch shrinks
-        kept = [hidden]  # h_0..h_k for the running samples (only h_k unless layer attention)
+        hidden = runner.embed(input_ids, mask, token_type_ids)  # [b, T, H]
+        pool_mask = _padding(mask)  # None when nothing is padded; rebuilt when the batch shrinks
+        inputs = runner.inputs(hidden, pool_mask)  # what each layer takes besides hidden
+        kept = [hidden]  # h_0..h_k for the running samples (only h_k unless a pooler reads all)
         seen: list[list[list[float]]] = [[] for _ in range(batch)]  # per sample, its last
         # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
-        for depth, layer in enumerate(self.layers[: model.spec.exits[-1]], start=1):
-            hidden = _layer_call(layer, hidden, mask4d)
+        for depth, call in enumerate(self.calls, start=1):
+            hidden = call(hidden, inputs)
             kept = kept + [hidden] if self.keep_all_layers else [hidden]
             if depth not in self.exit_at:
                 continue
             k = self.exit_at[depth]
             logits = self.heads[k](kept, pool_mask).float()  # [b, C]
             if k < last_exit:  # one tolist() and plain Python: see aclpipe.early_exit.policies
-                seen = [
-                    w[len(w) + 1 - self.window :] + [row] for w, row in zip(seen, logits.tolist())
-                ]
+                window = self.window  # keep the newest `window`; a start index computed
+                # from len(w) goes negative early on and then counts from the end (t >= 3)
+                seen = [(w + [row])[-window:] for w, row in zip(seen, logits.tolist())]
                 decided = [
                     leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
                 ]
@@ -110,22 +98,18 @@ class EarlyExitRuntime:
             active, mask = active[stay], mask[stay]
             longest = int(mask.sum(dim=1).max())  # trim padding only finished samples needed
             mask = mask[:, :longest]
-            mask4d, pool_mask = _masks(mask, hidden.dtype)
             kept = [h[stay, :longest] for h in kept]
             hidden = kept[-1]
+            pool_mask = _padding(mask)
+            inputs = runner.inputs(hidden, pool_mask)
             seen = [w for w, gone in zip(seen, decided) if not gone]
         return EarlyExitResult(out_logits, out_index, self.exit_layers[out_index])
 
 
-def _masks(
-    mask: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(additive mask for the layers, mask for the poolers)``; both ``None`` when no token
-    is padding (always so at batch 1), which spares the layers the mask and the poolers the
-    masked mean. Adding an all-zero mask changes nothing, so the results are the same."""
-    if bool(mask.all()):
-        return None, None
-    return additive_mask(mask, dtype), mask
+def _padding(mask: torch.Tensor) -> torch.Tensor | None:
+    """``mask``, or ``None`` when no token is padding (always so at batch 1): the layers then
+    get no mask and the poolers a plain mean. Adding an all-zero mask changes nothing."""
+    return None if bool(mask.all()) else mask
 
 
 @torch.inference_mode()
@@ -133,18 +117,11 @@ def full_forward(
     model: MultiExitModel, input_ids, attention_mask, token_type_ids=None, exit_index: int = -1
 ):
     """The model without early exit: every layer up to an exit (the deepest by default), and
-    that exit's head only.
+    that exit's head only (``MultiExitModel.exit_logits``).
 
     It takes the same shortcuts as the runtime (no mask when nothing is padded, inference
     mode), so the two are timed on equal terms. With the exit each sample will take known in
     advance, it is also the floor no early-exit runtime can beat (the benchmark's oracle). The
     caller puts the model in eval mode (as ``EarlyExitRuntime`` does on construction)."""
-    head = model.heads[exit_index]
-    hidden = model.embed(input_ids, token_type_ids)
-    kept = [hidden]
-    keep_all = model.spec.pooling == "layer-attention"
-    mask4d, pool_mask = _masks(attention_mask, hidden.dtype)
-    for layer in model.layer_modules()[: head.layer]:
-        hidden = _layer_call(layer, hidden, mask4d)
-        kept = kept + [hidden] if keep_all else [hidden]
-    return _head_call(head)(kept, pool_mask).float()  # [B, C], the runtime's head call
+    (logits,) = model.exit_logits([exit_index], input_ids, attention_mask, token_type_ids)
+    return logits.float()  # [B, C]

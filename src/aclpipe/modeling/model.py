@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
 from aclpipe.errors import UserError
 from aclpipe.layout import MODEL_CONFIG, WEIGHTS
+from aclpipe.modeling.layerwise import LayerRunner, forward_to_exits, runner_for
 from aclpipe.modeling.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
 
 
@@ -72,10 +74,24 @@ class ExitHead(nn.Module):
         if spec.label_embedding == "separate":
             self.label_table = nn.Parameter(torch.randn(spec.num_labels, hidden_size) * init_range)
 
+    def pool(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """``z_k [B, D]`` from ``hidden = [h_0, ..., h_k]`` (before dropout)."""
+        return self.pooler(hidden, mask)
 
-def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[B, T]`` 0/1 attention mask -> ``[B, 1, 1, T]`` additive mask for the layers."""
-    return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        """``W_k · dropout(z_k) + b_k`` -> ``[B, C]``. As ``classifier(dropout(z))``, the same
+        draws in training mode; in eval mode dropout is the identity and is not called."""
+        if self.training:
+            features = F.dropout(features, self.dropout.p, training=True)
+        classifier = self.classifier
+        return F.linear(features, classifier.weight, classifier.bias)
+
+    def logits(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """``classify(pool(hidden, mask))`` in two function calls: inference reads it after
+        every exit, where at batch 1 each module call costs more Python than the work inside
+        (for mean pooling: a masked mean and a linear map). ``hidden`` may be ``[h_k]`` alone
+        unless ``pooler.reads_all_layers``."""
+        return self.classify(self.pooler.pool(hidden, mask))  # [B, C]
 
 
 class MultiExitModel(nn.Module):
@@ -117,37 +133,36 @@ class MultiExitModel(nn.Module):
         )
         hidden = out.hidden_states  # L + 1 tensors [B, T, H]; hidden[0] = embeddings
         features = torch.stack(
-            [head.pooler(list(hidden[: head.layer + 1]), attention_mask) for head in self.heads]
+            [head.pool(list(hidden[: head.layer + 1]), attention_mask) for head in self.heads]
         )  # [E, B, D]
         logits = torch.stack(
-            [head.classifier(head.dropout(z)) for head, z in zip(self.heads, features)]
+            [head.classify(z) for head, z in zip(self.heads, features)]
         )  # [E, B, C]
         return ExitOutput(logits=logits, features=features)
 
-    def layer_modules(self) -> nn.ModuleList:
-        """The encoder's transformer layers, for running them one at a time."""
-        for owner in ("encoder", "transformer"):  # BERT, RoBERTa, MiniLM, ELECTRA / DistilBERT
-            stack = getattr(getattr(self.encoder, owner, None), "layer", None)
-            if isinstance(stack, nn.ModuleList):
-                return stack
-        raise UserError(
-            f"early exit layer by layer is not supported for {type(self.encoder).__name__}: "
-            "use a BERT-, RoBERTa-, ELECTRA- or DistilBERT-style encoder"
+    def layer_runner(self) -> LayerRunner:
+        """The encoder run layer by layer, as its forward runs it (``modeling.layerwise``)."""
+        return runner_for(self.encoder)
+
+    def exit_logits(
+        self,
+        indices: list[int],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        skip_unpadded_mask: bool = True,
+    ) -> list[torch.Tensor]:
+        """Logits ``[B, C]`` at the exits ``indices`` (ascending), layer by layer: embeddings,
+        layers up to the deepest of them, and only those exits' heads (eval mode)."""
+        heads = [self.heads[i] for i in indices]
+        return forward_to_exits(
+            self.layer_runner(),
+            heads,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            skip_unpadded_mask,
         )
-
-    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None):
-        """``h_0``, the embedding output ``[B, T, H]``."""
-        if token_type_ids is not None and "token_type_ids" in self._embedding_args():
-            return self.encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-        return self.encoder.embeddings(input_ids=input_ids)
-
-    def _embedding_args(self) -> set[str]:
-        if not hasattr(self, "_embedding_arg_names"):  # looked up once: a hot path at batch 1
-            import inspect
-
-            names = set(inspect.signature(self.encoder.embeddings.forward).parameters)
-            self._embedding_arg_names = names
-        return self._embedding_arg_names
 
     def label_embeddings(self) -> torch.Tensor:
         """Label embedding of each class at each exit, ``[E, C, D]`` (METHODS.md, Notation)."""

@@ -4,6 +4,11 @@ Every pooler has the same call: ``pooler(hidden, mask) -> [B, D]`` where ``hidde
 list ``[h_0, ..., h_k]`` of ``[B, T, H]`` tensors (an exit only sees layers already computed)
 and ``mask`` is the ``[B, T]`` attention mask, or ``None`` for a batch without padding.
 METHODS.md, Pooling.
+
+Each pooler says which hidden states it reads: ``reads_all_layers`` is True when it needs
+``h_0..h_k``; otherwise ``[h_k]`` alone is enough (the layer-by-layer runs keep no more).
+``pool`` is the same arithmetic as the call, without module dispatch: inference calls it
+after every exit, where at batch 1 each module call costs more Python than the work inside.
 """
 
 from __future__ import annotations
@@ -32,15 +37,25 @@ class ClsPooler(nn.Module):
         if init_from is not None:
             self.dense.load_state_dict(init_from.state_dict())
 
-    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+    reads_all_layers = False
+
+    def pool(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
         return torch.tanh(self.dense(hidden[-1][:, 0]))  # [B, H]
+
+    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        return self.pool(hidden, mask)
 
 
 class MeanPooler(nn.Module):
     """Masked mean of ``h_k`` over tokens (how sentence-transformers checkpoints were trained)."""
 
-    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+    reads_all_layers = False
+
+    def pool(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
         return masked_mean(hidden[-1], mask)  # [B, H]
+
+    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        return self.pool(hidden, mask)
 
 
 def layer_summaries(
@@ -122,6 +137,8 @@ class LayerAttentionPooler(nn.Module):
         ``[B, H]``.
     """
 
+    reads_all_layers = True
+
     def __init__(self, hidden_size: int, layer: int, cls_from_mean: bool = False) -> None:
         super().__init__()
         self.layer = layer
@@ -147,9 +164,12 @@ class LayerAttentionPooler(nn.Module):
         attended, weights = attend_over_layers(queries, keys, values)  # [B, H], [B, k+1]
         return attended, weights, heads[:, -1]
 
-    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+    def pool(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
         attended, _, head_k = self.attend(hidden, mask)  # [B, H], _, [B, H]
         return torch.tanh(self.dense(torch.cat([head_k, attended], dim=-1)))  # [B, H]
+
+    def forward(self, hidden: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        return self.pool(hidden, mask)
 
 
 def parameter_free_layer_attention(
