@@ -10,15 +10,19 @@ import pytest
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
+from aclpipe.run_log import write_run_log
 from aclpipe.study.angles import read_angles, summarise
 
 
 def test_read_angles_skips_steps_without_two_gradients(tmp_path: Path) -> None:
-    log = tmp_path / "steps.jsonl"
     rows = [{"cosine": 1.0, "altered": False}, {"loss": 0.3}, {"cosine": -1.0, "altered": True},
             {"cosine": 0.0, "altered": False}, {"cosine": float("nan")}]  # fmt: skip
-    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    angles, altered = read_angles(log)
+    base = {"main": 0.5, "loss": 0.5, "stage": 1, "epoch": 1, "lr": 1e-5}
+    steps = [{**base, **row, "step": i + 1} for i, row in enumerate(rows)]
+    write_run_log(
+        tmp_path, {"task": "rte", "method": "acl", "exits": [3], "processes": 1}, [], steps
+    )
+    angles, altered = read_angles(tmp_path)
     assert angles == pytest.approx([0.0, 180.0, 90.0])
     assert altered == [False, True, False]
     summary = summarise(angles, altered)

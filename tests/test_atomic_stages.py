@@ -118,15 +118,14 @@ STAGES = [
         "finetune",
         ("finetune", "--task", "sst2", "--method", "joint"),
         ("--set", "train.seed=1"),
-        "history.json",
+        "aclpipe_model.json",
         tuple(
             f"models/sst2/joint/{n}"
             for n in (
                 "model.safetensors",
                 "aclpipe_model.json",
                 "tokenizer",
-                "history.json",
-                "steps.jsonl",
+                "dvclive",
             )
         ),
     ),
@@ -242,8 +241,9 @@ def test_killed_while_publishing_a_model_is_not_taken_as_trained(
     output = ok("finetune", "--task", "sst2", "--method", "joint", "--set", "train.seed=1")
     assert "resuming joint on sst2" in output  # the checkpoint outlives a failed publish
     ok("finetune", "--task", "sst2", "--method", "joint")  # back to the complete run's params
-    names = ("model.safetensors", "aclpipe_model.json", "history.json", "steps.jsonl")
+    names = ("model.safetensors", "aclpipe_model.json")
     for name in names:
         assert (model_dir / name).read_bytes() == (
             complete / "models/sst2/joint" / name
         ).read_bytes()
+    assert tree(model_dir / "dvclive") == tree(complete / "models/sst2/joint/dvclive")

@@ -258,7 +258,7 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     assert record["environment"]["device"] == "cpu"  # the tiny params set train.device cpu
     assert record["environment"]["torch"] == torch.__version__
     assert {p.name for p in run_dir.iterdir()} == {
-        "metrics.json", "curves.json", "curves.csv", "history.json", "steps.jsonl", "run.json"
+        "metrics.json", "curves.json", "curves.csv", "dvclive", "run.json"
     }  # fmt: skip
     assert not (tmp_path / "campaign/models/sst2/acl-nograd-s2").exists()  # weights dropped
     result = runner.invoke(app, ["campaign", "report", *flag])

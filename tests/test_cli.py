@@ -19,6 +19,7 @@ import yaml
 from cli_helpers import invoke
 
 from aclpipe.cli import app
+from aclpipe.run_log import read_run_log
 
 STAGES = ("prepare", "finetune", "evaluate")
 
@@ -133,15 +134,17 @@ def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[i
                                       epochs: int) -> None:  # fmt: skip
     model = sst2_run / "models" / "sst2" / method
     files = {p.name for p in model.iterdir()}
-    assert {"model.safetensors", "aclpipe_model.json", "history.json"} <= files
+    assert {"model.safetensors", "aclpipe_model.json", "dvclive"} <= files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pkl"))]
     assert not (model.parent / f".{method}.checkpoint").exists()
-    history = json.loads((model / "history.json").read_text())
-    assert history["task"] == "sst2" and history["method"] == method
-    assert history["exits"] == exits
-    assert len(history["epochs"]) == epochs  # one record per epoch of each stage
-    assert [e["stage"] for e in history["epochs"]] == list(range(1, epochs + 1))
-    assert all(len(e["dev_scores"]) == len(exits) for e in history["epochs"])
+    log = read_run_log(model)
+    assert log.run["task"] == "sst2" and log.run["method"] == method
+    assert log.run["exits"] == exits
+    assert len(log.history) == epochs  # one record per epoch of each stage
+    summary = json.loads((model / "dvclive" / "metrics.json").read_text())  # `dvc exp show`
+    assert summary["step"] == log.steps[-1]["step"] and f"score_L{exits[-1]}" in summary["dev"]
+    assert [e["stage"] for e in log.history] == list(range(1, epochs + 1))
+    assert all(len(e["dev_scores"]) == len(exits) for e in log.history)
 
     report = json.loads((sst2_run / "reports" / "sst2" / method / "metrics.json").read_text())
     assert report["task"] == "sst2" and report["method"] == method and report["exits"] == exits

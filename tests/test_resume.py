@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import invoke, ok
+from cli_helpers import invoke, ok, tree
 from safetensors.torch import load_file
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
+from aclpipe.run_log import read_run_log
 from aclpipe.training import checkpoint as ckpt
 from aclpipe.training.checkpoint import Position, TrainingState, load_checkpoint, save_checkpoint
 from aclpipe.training.loop import linear_schedule
@@ -60,8 +61,7 @@ def assert_same_run(model_dir: Path, reference: Path) -> None:
     )
     assert got.keys() == want.keys()
     assert [k for k in want if not torch.equal(got[k], want[k])] == []
-    for name in ("history.json", "steps.jsonl"):
-        assert (model_dir / name).read_bytes() == (reference / name).read_bytes(), name
+    assert tree(model_dir / "dvclive") == tree(reference / "dvclive")
 
 
 def resumed_from(output: str, method: str = "joint") -> str:
@@ -305,8 +305,8 @@ def test_deebert_resumes_across_the_stage_boundary(
     assert resumed_from(output, "deebert").endswith("stage 2, epoch 1, batch 0 (step 24)")
     assert "deebert stage 1/2" not in output  # stage 1 is not trained again
     assert_same_run(work / "models" / "sst2" / "deebert", reference_runs["deebert"])
-    history = json.loads((work / "models/sst2/deebert/history.json").read_text())
-    assert [(e["stage"], e["epoch"]) for e in history["epochs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    history = read_run_log(work / "models/sst2/deebert").history
+    assert [(e["stage"], e["epoch"]) for e in history] == [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
 def test_kill_between_the_two_renames_of_a_checkpoint(

@@ -5,7 +5,7 @@ spelling them, so they cannot drift apart. A ``Layout`` is rooted where the stag
 repository root for the default pipeline, ``campaign/`` for the seeds campaign)::
 
     data/<task>/{train,<dev splits>}.jsonl, meta.json          prepare
-    models/<task>/<method>/                                    finetune (MODEL_FILES)
+    models/<task>/<method>/                                    finetune (weights, config, tokenizer, dvclive/)
     models/<task>/.<method>.checkpoint/                        finetune, while it runs
     models/<task>/<method>/export/                             export-exits
     reports/<task>/<method>/{metrics.json,curves.json,.csv}    evaluate
@@ -28,8 +28,7 @@ META = "meta.json"
 WEIGHTS = "model.safetensors"
 MODEL_CONFIG = "aclpipe_model.json"  # written last: its presence marks a complete model
 TOKENIZER = "tokenizer"
-HISTORY = "history.json"
-STEP_LOG = "steps.jsonl"
+TRAINING_LOG = "dvclive"  # the training curves, written through DVCLive (aclpipe.run_log)
 
 # export-exits
 EXPORT = "export"

@@ -33,8 +33,8 @@ from pathlib import Path
 import yaml
 
 from aclpipe.errors import UserError
+from aclpipe.layout import TRAINING_LOG as LIVE_DIR
 
-LIVE_DIR = "dvclive"
 LEGACY_STEPS = "steps.jsonl"  # campaign runs recorded before DVCLive
 LEGACY_HISTORY = "history.json"
 
@@ -129,9 +129,15 @@ def read_run_log(folder: Path) -> RunLog:
     return RunLog(run, history, [steps[s] for s in sorted(steps)])
 
 
+def has_run_log(folder: Path) -> bool:
+    return (folder / LIVE_DIR).is_dir() or (folder / LEGACY_STEPS).exists()
+
+
 def _read_legacy(folder: Path) -> RunLog:
     with open(folder / LEGACY_STEPS, encoding="utf-8") as f:
         steps = [json.loads(line) for line in f]
-    summary = json.loads((folder / LEGACY_HISTORY).read_text(encoding="utf-8"))
+    summary = {"epochs": []}
+    if (folder / LEGACY_HISTORY).exists():
+        summary = json.loads((folder / LEGACY_HISTORY).read_text(encoding="utf-8"))
     history = summary.pop("epochs")
     return RunLog(summary, history, steps)

@@ -23,35 +23,34 @@ from aclpipe.evaluation.scoring import (
     majority_scores,
     split_labels,
 )
-from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, STEP_LOG
+from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS
 from aclpipe.modeling.model import load_multi_exit
+from aclpipe.run_log import has_run_log, read_run_log
 
 
-def gradient_rule_summary(step_log: Path) -> list[dict]:
-    """Per stage and epoch: steps, how many had two gradients, the share altered, mean cosine."""
-    if not step_log.exists():
-        return []
+def gradient_rule_summary(steps: list[dict]) -> list[dict]:
+    """Per stage and epoch: steps, how many had two gradients, the share altered, mean cosine.
+
+    ``steps`` are the training run's step records (``aclpipe.run_log``)."""
     summary: dict[tuple[int, int], dict] = {}
-    with open(step_log, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            entry = summary.setdefault(
-                (row["stage"], row["epoch"]),
-                {
-                    "stage": row["stage"],
-                    "epoch": row["epoch"],
-                    "steps": 0,
-                    "measured": 0,
-                    "altered": 0,
-                    "cosine_sum": 0.0,
-                },
-            )
-            entry["steps"] += 1
-            cosine = row.get("cosine")
-            if cosine is not None and cosine == cosine:
-                entry["measured"] += 1
-                entry["cosine_sum"] += cosine
-                entry["altered"] += bool(row.get("altered"))
+    for row in steps:
+        entry = summary.setdefault(
+            (row["stage"], row["epoch"]),
+            {
+                "stage": row["stage"],
+                "epoch": row["epoch"],
+                "steps": 0,
+                "measured": 0,
+                "altered": 0,
+                "cosine_sum": 0.0,
+            },
+        )
+        entry["steps"] += 1
+        cosine = row.get("cosine")
+        if cosine is not None and cosine == cosine:
+            entry["measured"] += 1
+            entry["cosine_sum"] += cosine
+            entry["altered"] += bool(row.get("altered"))
     rows = []
     for entry in summary.values():
         measured = entry.pop("measured")
@@ -108,7 +107,8 @@ def evaluate(
     primary = report["splits"][task.dev_splits[0][0]]
     report["final_score"] = primary["final_score"]
     report["average_over_exits"] = primary["average_over_exits"]
-    report["gradient_rule"] = gradient_rule_summary(model_dir / STEP_LOG)
+    steps = read_run_log(model_dir).steps if has_run_log(model_dir) else []
+    report["gradient_rule"] = gradient_rule_summary(steps)
     report["majority_score"] = primary["majority_score"]
     report["majority_prediction"] = (
         constant if task.is_regression else {"label": constant, "name": task.labels[constant]}

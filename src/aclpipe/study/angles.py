@@ -21,21 +21,20 @@ from aclpipe import atomic
 from aclpipe.config import Params
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
-from aclpipe.layout import STEP_LOG
+from aclpipe.run_log import read_run_log
 from aclpipe.training.loop import finetune
 
 
-def read_angles(step_log: Path) -> tuple[list[float], list[bool]]:
-    """Angles in degrees, and whether the rule altered the step, from a run's step log."""
+def read_angles(run_dir: Path) -> tuple[list[float], list[bool]]:
+    """Angles in degrees, and whether the rule altered the step, from the training log of the
+    run in ``run_dir`` (a model folder or a campaign run; ``aclpipe.run_log``)."""
     angles, altered = [], []
-    with open(step_log, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            cosine = row.get("cosine")
-            if cosine is None or cosine != cosine:  # no second gradient, or a zero gradient
-                continue
-            angles.append(math.degrees(math.acos(max(-1.0, min(1.0, cosine)))))
-            altered.append(bool(row.get("altered")))
+    for row in read_run_log(run_dir).steps:
+        cosine = row.get("cosine")
+        if cosine is None or cosine != cosine:  # no second gradient, or a zero gradient
+            continue
+        angles.append(math.degrees(math.acos(max(-1.0, min(1.0, cosine)))))
+        altered.append(bool(row.get("altered")))
     return angles, altered
 
 
@@ -68,7 +67,7 @@ def run_angles(
         with tempfile.TemporaryDirectory(prefix="aclpipe-angles-") as tmp:
             run_dir = Path(tmp) / method
             finetune(task, method, params, data_dir, run_dir, console)
-            angles, altered = read_angles(run_dir / STEP_LOG)
+            angles, altered = read_angles(run_dir)
         if not angles:
             raise UserError(
                 f"method {method!r} has no auxiliary objective, so there is no "

@@ -39,7 +39,7 @@ from aclpipe import atomic
 from aclpipe.config import Params, apply_overrides, params_from_dict
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import HISTORY, RUN_RECORD, STEP_LOG, Layout
+from aclpipe.layout import RUN_RECORD, TRAINING_LOG, Layout
 
 
 @dataclass
@@ -201,8 +201,7 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
     with atomic.atomic_dir(out) as tmp:
         device = pick_device(params.train.device)
         evaluate(task, variant.method, scratch, data_dir, tmp, params.evaluate, device, console)
-        for name in (HISTORY, STEP_LOG):
-            shutil.copyfile(scratch / name, tmp / name)
+        shutil.copytree(scratch / TRAINING_LOG, tmp / TRAINING_LOG)
         record = {
             "task": task.name,
             "run": run,

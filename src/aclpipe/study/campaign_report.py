@@ -25,7 +25,6 @@ from aclpipe.layout import (
     RESULTS_JSON,
     RESULTS_MD,
     RUN_RECORD,
-    STEP_LOG,
     Layout,
 )
 from aclpipe.study.campaign import Campaign
@@ -66,17 +65,16 @@ def verdict(a: dict, b: dict) -> str:
 
 
 def load_runs(layout: Layout, task: str) -> dict[str, dict[int, dict]]:
-    """``{run: {seed: {"metrics", "curves", "run", "steps"}}}`` of the runs present."""
+    """``{run: {seed: {"metrics", "curves", "run", "folder"}}}`` of the runs present."""
     found: dict[str, dict[int, dict]] = {}
     for record_path in sorted(layout.runs(task).glob(f"*/{RUN_RECORD}")):
         folder = record_path.parent
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        steps = folder / STEP_LOG
         found.setdefault(record["run"], {})[record["seed"]] = {
             "run": record,
             "metrics": json.loads((folder / METRICS).read_text(encoding="utf-8")),
             "curves": json.loads((folder / CURVES_JSON).read_text(encoding="utf-8")),
-            "steps": steps,
+            "folder": folder,  # its training log: aclpipe.run_log
         }
     return found
 
@@ -150,7 +148,7 @@ def summarise_task(campaign: Campaign, task: str) -> dict:
                 for s, m in zip(seeds, metrics)
             },
         }
-        angles = [read_angles(by_seed[s]["steps"]) for s in seeds]
+        angles = [read_angles(by_seed[s]["folder"]) for s in seeds]
         if any(a for a, _ in angles):
             pooled = [a for seed_angles, _ in angles for a in seed_angles]
             per_seed = [summarise_angles(a, f) for a, f in angles if a]

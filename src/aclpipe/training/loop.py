@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import random
 import shutil
@@ -31,11 +30,12 @@ from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
-from aclpipe.layout import HISTORY, MODEL_CONFIG, STEP_LOG, TOKENIZER, checkpoint_dir
+from aclpipe.layout import MODEL_CONFIG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
 from aclpipe.modeling.batching import collate
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
+from aclpipe.run_log import write_run_log
 from aclpipe.training.checkpoint import (
     Position,
     TrainingState,
@@ -483,17 +483,13 @@ def _write_model(
     with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
         run.model.save(tmp, base_model=params.model.name)
         _save_tokenizer(params, tmp / TOKENIZER)
-        summary = {
+        record = {
             "task": task.name,
             "method": method.name,
             "exits": run.spec.exits,
             "processes": run.accelerator.num_processes,
-            "epochs": history,
         }
-        (tmp / HISTORY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-        with open(tmp / STEP_LOG, "w", encoding="utf-8") as f:
-            for row in step_log:
-                f.write(json.dumps(row) + "\n")
+        write_run_log(tmp, record, history, step_log)  # dvclive/: `dvc exp show`, `dvc plots`
     shutil.rmtree(run.checkpoint_folder, ignore_errors=True)
 
 
