@@ -23,9 +23,15 @@ def world() -> tuple[int, int]:
 
 
 def shard(global_batch: list[int], rank: int, size: int) -> list[int]:
-    """This process's contiguous slice of a global batch of indices."""
-    per = -(-len(global_batch) // size)  # ceil
-    return global_batch[rank * per : (rank + 1) * per]
+    """This process's contiguous slice of a global batch of indices.
+
+    Slices are balanced (their lengths differ by at most one, the longer ones first) and in
+    process order, so every process has a sample whenever ``len(global_batch) >= size`` and the
+    concatenation over processes is the global batch (the order the contrastive pool is
+    gathered in). A tail of 4 over 3 processes splits [2, 1, 1], not [2, 2, 0]."""
+    per, longer = divmod(len(global_batch), size)
+    start = rank * per + min(rank, longer)
+    return global_batch[start : start + per + (rank < longer)]
 
 
 def local_weight(local: int, global_: int, size: int) -> float:
