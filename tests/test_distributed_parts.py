@@ -1,5 +1,5 @@
 """The pieces of multi-process training, one at a time: sharding a global batch, the per-shard
-loss weight and the tail rule.
+loss weight, the tail rule, and the gradient all-reduce (in forked gloo process groups).
 
 The end-to-end comparison (P processes against one process at the same global batch) is in
 ``test_distributed.py``.
@@ -7,10 +7,20 @@ The end-to-end comparison (P processes against one process at the same global ba
 
 from __future__ import annotations
 
+import os
+import pickle
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
+import torch.distributed as dist
+from torch import nn
 
-from aclpipe.training.distributed import local_weight, shard
+from aclpipe.training.distributed import all_reduce_mean, local_weight, shard
 from aclpipe.training.loop import global_batches
 
 
@@ -54,3 +64,88 @@ def test_a_tail_with_fewer_rows_than_processes_is_dropped(size: int) -> None:
     for tail in range(0, per_process * size):
         n = 2 * per_process * size + tail
         assert global_batches(n, per_process, size) == 2 + (tail >= size)
+
+
+def in_processes(size: int, body: Callable[[int], object]) -> list:
+    """``body(rank)`` in ``size`` forked processes joined in a gloo group; their results.
+
+    Forked from pytest (torch is imported already), a group starts in well under a second."""
+    folder = Path(tempfile.mkdtemp())
+    store = folder / "store"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = []
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns into pytest
+            code = 0
+            try:
+                dist.init_process_group(
+                    "gloo", init_method=f"file://{store}", rank=rank, world_size=size
+                )
+                result = body(rank)
+                dist.destroy_process_group()
+            except BaseException:  # a child must never unwind into pytest's own frames
+                result, code = traceback.format_exc(), 3
+            (folder / f"{rank}.pkl").write_bytes(pickle.dumps(result))
+            os._exit(code)
+        pids.append(pid)
+    codes = [os.waitpid(pid, 0)[1] for pid in pids]
+    results = [pickle.loads((folder / f"{rank}.pkl").read_bytes()) for rank in range(size)]
+    assert codes == [0] * size, results
+    return results
+
+
+def _reduce_with_unreached(rank: int) -> list:
+    params = [torch.zeros(2), torch.zeros(3), torch.zeros(1)]
+    grads = [
+        None,  # reached by no process
+        torch.full((3,), 2.0) if rank == 0 else None,  # reached by process 0 only
+        torch.full((1,), float(rank + 1)),  # reached by both
+    ]
+    reduced = all_reduce_mean(grads, params)
+    return [None if g is None else g.tolist() for g in reduced]
+
+
+def test_a_gradient_no_process_computed_stays_none() -> None:
+    """A parameter that no process reached keeps ``grad = None`` (AdamW then skips it, as one
+    process would) instead of a zero gradient that moves it by momentum and weight decay."""
+    results = in_processes(2, _reduce_with_unreached)
+    assert results[0] == results[1] == [None, [1.0, 1.0, 1.0], [1.5]]
+
+
+class _PartlyUsed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(2, 1)
+        self.never = nn.Parameter(torch.ones(3))
+        self.rank0_only = nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor, rank: int) -> torch.Tensor:
+        y = self.used(x).sum()
+        return y + 2 * self.rank0_only.sum() if rank == 0 else y
+
+
+def _ddp_backward(rank: int) -> dict:
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(_PartlyUsed(), find_unused_parameters=True)
+    grads = {}
+    for step in range(2):
+        model(torch.ones(1, 2), rank).backward()
+        grads[step] = {
+            n: None if p.grad is None else p.grad.tolist()
+            for n, p in model.module.named_parameters()
+        }
+        model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_ddp_leaves_a_globally_unused_gradient_none() -> None:
+    """The plain-sum path's backward goes through DDP's reducer (``find_unused_parameters``):
+    a parameter no process used keeps ``grad = None``; one used by some processes gets the
+    average with zeros for the others. The loop relies on this (torch >= 2.x behaviour)."""
+    for grads in in_processes(2, _ddp_backward):
+        for step in (0, 1):
+            assert grads[step]["never"] is None
+            assert grads[step]["rank0_only"] == [1.0, 1.0]  # (2 + 0) / 2
+            assert grads[step]["used.bias"] == [1.0]

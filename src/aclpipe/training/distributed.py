@@ -78,12 +78,23 @@ def gather_labels(labels: torch.Tensor) -> torch.Tensor:
 
 
 def all_reduce_mean(grads: list[torch.Tensor | None], params: list[torch.Tensor]) -> list:
-    """Average per-parameter gradients over processes (None counts as zeros)."""
+    """Average per-parameter gradients over processes (None counts as zeros).
+
+    A gradient that is None on every process stays None, as with one process (and as DDP's
+    reducer leaves a globally unused parameter): the optimizer then skips that parameter
+    rather than moving it by momentum and weight decay on a zero gradient. Which parameters
+    some process reached is settled by one small all-reduce of a flag per parameter."""
     _, size = world()
     if size == 1:
         return list(grads)
+    device = params[0].device if params else None  # NCCL reduces device tensors only
+    reached = torch.tensor([g is not None for g in grads], dtype=torch.int32, device=device)
+    dist.all_reduce(reached)
     out = []
-    for g, p in zip(grads, params):
+    for g, p, anywhere in zip(grads, params, reached.tolist(), strict=True):
+        if not anywhere:
+            out.append(None)
+            continue
         g = torch.zeros_like(p) if g is None else g.contiguous().clone()
         dist.all_reduce(g)
         out.append(g / size)
