@@ -40,6 +40,7 @@ class ExitSpec:
 class ExitOutput:
     logits: torch.Tensor  # [E, B, C]
     features: torch.Tensor  # [E, B, D], pooled, before dropout
+    label_embeddings: torch.Tensor  # [E, C, D], label_embeddings() read inside forward for DDP
 
 
 def make_pooler(spec: ExitSpec, hidden_size: int, layer: int, init_from: nn.Linear | None):
@@ -122,7 +123,9 @@ class MultiExitModel(nn.Module):
         logits = torch.stack(
             [head.classifier(head.dropout(z)) for head, z in zip(self.heads, features)]
         )  # [E, B, C]
-        return ExitOutput(logits=logits, features=features)
+        return ExitOutput(
+            logits=logits, features=features, label_embeddings=self.label_embeddings()
+        )
 
     def layer_modules(self) -> nn.ModuleList:
         """The encoder's transformer layers, for running them one at a time."""
