@@ -20,7 +20,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from aclpipe.training.distributed import all_reduce_mean, local_weight, shard
+from aclpipe.training.distributed import (
+    all_reduce_mean,
+    local_weight,
+    mean_over_processes,
+    shard,
+)
 from aclpipe.training.loop import global_batches
 
 
@@ -149,3 +154,11 @@ def test_ddp_leaves_a_globally_unused_gradient_none() -> None:
             assert grads[step]["never"] is None
             assert grads[step]["rank0_only"] == [1.0, 1.0]  # (2 + 0) / 2
             assert grads[step]["used.bias"] == [1.0]
+
+
+def test_logged_losses_are_averaged_over_processes() -> None:
+    def body(rank: int) -> dict:
+        logged = {"loss": 1.0 + rank, "main": 2.0 * rank, "step": 7}
+        return mean_over_processes(logged, ("loss", "main", "aux"))
+
+    assert in_processes(2, body) == [{"loss": 1.5, "main": 1.0}] * 2

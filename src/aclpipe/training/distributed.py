@@ -109,7 +109,16 @@ def mean_over_processes(values: dict, keys: tuple[str, ...]) -> dict:
     present = [k for k in keys if k in values]
     if world()[1] == 1 or not present:
         return {k: values[k] for k in present}
-    tensor = torch.tensor([float(values[k]) for k in present], dtype=torch.float64)
+    tensor = torch.tensor(
+        [float(values[k]) for k in present], dtype=torch.float64, device=_collective_device()
+    )
     dist.all_reduce(tensor)
     tensor /= world()[1]
     return dict(zip(present, tensor.tolist()))
+
+
+def _collective_device() -> torch.device:
+    """Where a tensor made for a collective must live: NCCL reduces CUDA tensors only."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
