@@ -5,6 +5,10 @@ the same global batches, so only float rounding may separate them: ``ce`` throug
 gradient average of locally weighted means, ``acl`` through the gathered contrastive pool
 and ACL-Grad deciding on the averaged gradients. Checkpoints, models and logs must be written
 once, by the main process.
+
+The scale-out tests run 3 and 4 processes over tails of every size from 1 to 2P rows (one
+torchrun launch per P trains every configuration in turn, ``scale_out_driver.py``), in
+float64, against one process at the same global batch.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
+from aclpipe.run_log import read_run_log
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +38,7 @@ MODEL_FILES = {
     "model.safetensors",
     "aclpipe_model.json",
     "tokenizer",
-    "history.json",
-    "steps.jsonl",
+    "dvclive",
 }
 
 
@@ -98,8 +102,7 @@ def model_dir(work: Path, method: str) -> Path:
 
 
 def steps(work: Path, method: str) -> list[dict]:
-    lines = (model_dir(work, method) / "steps.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return read_run_log(model_dir(work, method)).steps
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -120,12 +123,9 @@ def test_same_dev_scores_and_schedule(runs: dict, method: str) -> None:
     two, one = steps(runs["two"], method), steps(runs["one"], method)
     assert [r["step"] for r in two] == [r["step"] for r in one] == list(range(1, 7))
     assert [r["lr"] for r in two] == [r["lr"] for r in one]
-    histories = [
-        json.loads((model_dir(w, method) / "history.json").read_text())
-        for w in (runs["two"], runs["one"])
-    ]
-    assert [h["processes"] for h in histories] == [2, 1]
-    scores = [[s for e in h["epochs"] for s in e["dev_scores"]] for h in histories]
+    logs = [read_run_log(model_dir(w, method)) for w in (runs["two"], runs["one"])]
+    assert [log.run["processes"] for log in logs] == [2, 1]
+    scores = [[s for e in log.history for s in e["dev_scores"]] for log in logs]
     assert scores[0] == pytest.approx(scores[1], abs=1e-6)
 
 
@@ -152,8 +152,175 @@ def test_written_once_by_the_main_process(runs: dict) -> None:
         folder = model_dir(runs["two"], method)
         assert {p.name for p in folder.iterdir()} == MODEL_FILES
         assert [r["step"] for r in steps(runs["two"], method)] == list(range(1, 7))
-        history = json.loads((folder / "history.json").read_text())
-        assert [e["epoch"] for e in history["epochs"]] == [1]
+        assert [e["epoch"] for e in read_run_log(folder).history] == [1]
     assert out.count("stage 1 epoch 1 dev score") == len(METHODS)
     # checkpoints after every step, all removed at the end; no temporary left behind
     assert sorted(p.name for p in (runs["two"] / "models" / "sst2").iterdir()) == sorted(METHODS)
+
+
+# Scale-out: 3 and 4 processes at 3 rows each (global batches of 9 and 12), one epoch of a
+# full global batch and a tail. Each tail size from 1 to 2P occurs once per P: tails of at
+# least P rows are kept (shards like [2, 1, 1]), shorter ones are dropped. Every run must
+# end with the weights of one process at the global batch that sees the same rows.
+PER_PROCESS = 3
+SEPARATE = {"model": {"label_embedding": "separate"}}
+ACL_SUM = {"methods": {"acl": {"acl_grad": False}}}  # DDP's own backward (plain sum)
+ACL_CL_SUM = {"methods": {"acl-cl": {"acl_grad": False}}}
+SCALE_OUT = {  # processes: [(method, tail rows, extra params sections), ...]
+    3: [
+        ("ce", 4, {}),
+        ("acl", 5, {}),
+        ("acl-cl", 6, {}),
+        ("deebert", 3, {}),
+        ("acl", 4, {**SEPARATE, **ACL_SUM}),
+        ("ce", 1, {}),
+        ("acl-cl", 2, SEPARATE),
+    ],
+    4: [
+        ("ce", 6, {}),
+        ("acl", 7, {}),
+        ("acl-cl", 5, {}),
+        ("deebert", 8, {}),
+        ("acl-cl", 4, {**SEPARATE, **ACL_CL_SUM}),
+        ("acl", 1, SEPARATE),
+        ("deebert", 2, {}),
+        ("ce", 3, {}),
+    ],
+}
+
+
+def scale_out_name(processes: int, method: str, tail: int, extra: dict) -> str:
+    return f"p{processes}-{method}-tail{tail}" + ("-separate" if "model" in extra else "")
+
+
+def scale_out_params(params_dict, model: Path, batch: int, extra: dict) -> dict:
+    sections = {
+        "model": {"name": str(model), "dropout": 0.0, **extra.get("model", {})},
+        "train": {"epochs": 1, "batch_size": batch, "save_every": 0},
+    }
+    raw = params_dict(None, **sections)
+    raw["methods"] = extra.get("methods", {})
+    return raw
+
+
+def truncated_data(source: Path, folder: Path, rows: int) -> Path:
+    """A prepared SST-2 folder whose train split keeps its first ``rows`` examples."""
+    shutil.copytree(source, folder)
+    lines = (source / "train.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    assert len(lines) >= rows
+    (folder / "train.jsonl").write_text("".join(lines[:rows]), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def scale_out(tmp_path_factory, make_project, params_dict, tiny_model_dir_no_dropout: Path):
+    """Every run of ``SCALE_OUT`` by P processes (one torchrun launch per P), and the same
+    run by one process at batch P x 3 (in this process, dropping the same short tails)."""
+    from aclpipe.data.tasks import get_task
+    from aclpipe.training import loop
+
+    launcher = torchrun()
+    if launcher is None:
+        pytest.skip("torchrun cannot run here: torch.distributed with gloo is unavailable")
+    work = tmp_path_factory.mktemp("scale-out")
+    model = {"name": str(tiny_model_dir_no_dropout)}
+    prepared = make_project(work / "project", model=model) / "data" / "sst2"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    source = Path(loop.__file__).parents[2]  # the workers import this aclpipe
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    runs = {}
+    for processes, configs in SCALE_OUT.items():
+        global_batch = processes * PER_PROCESS
+        plan = []
+        for method, tail, extra in configs:
+            name = scale_out_name(processes, method, tail, extra)
+            data = truncated_data(prepared, work / name / "data", global_batch + tail)
+            raw = scale_out_params(params_dict, tiny_model_dir_no_dropout, PER_PROCESS, extra)
+            out = str(work / name / "many" / "model")
+            plan.append({"name": name, "method": method, "params": raw, "data": str(data)})
+            plan[-1]["out"] = out
+            runs[name] = {"processes": processes, "method": method, "tail": tail}
+            runs[name].update(data=data, extra=extra, many=Path(out))
+        plan_path = work / f"plan-{processes}.json"
+        plan_path.write_text(json.dumps({"runs": plan, "float64": True}), encoding="utf-8")
+        command = [
+            *launcher, "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), str(Path(__file__).with_name("scale_out_driver.py")),
+            str(plan_path),
+        ]  # fmt: skip
+        launched = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        errors = [line for line in launched.stderr.splitlines() if "Error" in line]
+        assert launched.returncode == 0, "\n".join(errors[:20]) + launched.stderr[-3000:]
+        shards = [json.loads((work / f"shards-{r}.json").read_text()) for r in range(processes)]
+        for name in (p["name"] for p in plan):
+            runs[name]["shards"] = [per_rank[name] for per_rank in shards]
+    from aclpipe.config import params_from_dict
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from scale_out_driver import in_float64
+
+    dtype = torch.get_default_dtype()
+    for name, run in runs.items():
+        processes, extra = run["processes"], run["extra"]
+        raw = scale_out_params(
+            params_dict, tiny_model_dir_no_dropout, processes * PER_PROCESS, extra
+        )
+        run["one"] = work / name / "one" / "model"
+        with pytest.MonkeyPatch.context() as mp:
+            if run["tail"] < processes:  # P processes drop it; so must the reference
+                mp.setattr(loop, "global_batches", lambda n, batch, _: n // batch)
+            mp.setattr(loop, "load_encoder", loop.load_encoder)  # in_float64 replaces it
+            try:
+                in_float64()
+                loop.finetune(
+                    get_task("sst2"), run["method"], params_from_dict(raw), run["data"], run["one"]
+                )
+            finally:
+                torch.set_default_dtype(dtype)
+    return runs
+
+
+SCALE_OUT_RUNS = [
+    scale_out_name(p, method, tail, extra)
+    for p, configs in SCALE_OUT.items()
+    for method, tail, extra in configs
+]
+
+
+def test_scale_out_covers_every_tail() -> None:
+    for processes, configs in SCALE_OUT.items():
+        assert {tail for _, tail, _ in configs} == set(range(1, 2 * processes + 1))
+        assert {m for m, tail, _ in configs if tail >= processes} >= {"ce", "acl", "acl-cl"}
+
+
+@pytest.mark.parametrize("name", SCALE_OUT_RUNS)
+def test_scale_out_shards_and_steps(scale_out: dict, name: str) -> None:
+    """No process trains on an empty shard; the shards of a step make its global batch; a tail
+    shorter than the number of processes is dropped."""
+    run = scale_out[name]
+    processes, tail = run["processes"], run["tail"]
+    stages = 2 if run["method"] == "deebert" else 1
+    expected = ([processes * PER_PROCESS] + ([tail] if tail >= processes else [])) * stages
+    per_step = list(zip(*run["shards"], strict=True))
+    assert [sum(step) for step in per_step] == expected
+    assert all(min(step) >= 1 and max(step) - min(step) <= 1 for step in per_step), per_step
+    assert [r["step"] for r in steps_at(run["many"])] == list(range(1, len(expected) + 1))
+    assert [r["step"] for r in steps_at(run["one"])] == list(range(1, len(expected) + 1))
+
+
+@pytest.mark.parametrize("name", SCALE_OUT_RUNS)
+def test_scale_out_same_weights_as_one_process(scale_out: dict, name: str) -> None:
+    """In float64 (``scale_out_driver.in_float64``) only rounding may separate the runs: the
+    bound 1e-10 is far below a step's size, so a parameter that one process leaves alone and
+    P processes move by weight decay or momentum alone (about 1e-6 a step here) shows."""
+    run = scale_out[name]
+    many = load_file(run["many"] / "model.safetensors")
+    one = load_file(run["one"] / "model.safetensors")
+    assert many.keys() == one.keys()
+    diff = {k: (many[k] - one[k]).abs().max().item() for k in one}
+    print(f"{name}: max weight difference {max(diff.values()):.2e}")
+    assert {k: d for k, d in diff.items() if d > 1e-10} == {}
+
+
+def steps_at(folder: Path) -> list[dict]:
+    return read_run_log(folder).steps

@@ -322,3 +322,15 @@ def test_make_spec_pooling_follows_the_checkpoint(tiny_model_dir: Path, tmp_path
         "layer-attention", True, [1, 3], 0.0)  # fmt: skip
     with pytest.raises(UserError, match="model.exits"):
         make_spec(joint, params_from_dict({"model": {"exits": [4]}}), 3, 2, "x", 0.1)
+
+
+@pytest.mark.parametrize("label_embedding", ["classifier", "separate"])
+def test_forward_returns_the_label_embeddings(tiny_model_dir: Path, label_embedding: str):
+    """Read inside ``forward``, so that DDP sees the label table among the used parameters."""
+    model = build(tiny_model_dir, label_embedding=label_embedding)
+    out = model(**batch(tiny_model_dir))
+    assert torch.equal(out.label_embeddings, model.label_embeddings())  # [E, C, D]
+    out.label_embeddings.sum().backward()
+    table = "label_table" if label_embedding == "separate" else "classifier.weight"
+    grads = [dict(h.named_parameters())[table].grad for h in model.heads]
+    assert all(g is not None and torch.equal(g, torch.ones_like(g)) for g in grads)

@@ -42,6 +42,7 @@ class ExitSpec:
 class ExitOutput:
     logits: torch.Tensor  # [E, B, C]
     features: torch.Tensor  # [E, B, D], pooled, before dropout
+    label_embeddings: torch.Tensor  # [E, C, D], label_embeddings() read inside forward for DDP
 
 
 def make_pooler(spec: ExitSpec, hidden_size: int, layer: int, init_from: nn.Linear | None):
@@ -138,7 +139,9 @@ class MultiExitModel(nn.Module):
         logits = torch.stack(
             [head.classify(z) for head, z in zip(self.heads, features)]
         )  # [E, B, C]
-        return ExitOutput(logits=logits, features=features)
+        return ExitOutput(
+            logits=logits, features=features, label_embeddings=self.label_embeddings()
+        )
 
     def layer_runner(self) -> LayerRunner:
         """The encoder run layer by layer, as its forward runs it (``modeling.layerwise``)."""

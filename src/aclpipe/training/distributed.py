@@ -23,9 +23,15 @@ def world() -> tuple[int, int]:
 
 
 def shard(global_batch: list[int], rank: int, size: int) -> list[int]:
-    """This process's contiguous slice of a global batch of indices."""
-    per = -(-len(global_batch) // size)  # ceil
-    return global_batch[rank * per : (rank + 1) * per]
+    """This process's contiguous slice of a global batch of indices.
+
+    Slices are balanced (their lengths differ by at most one, the longer ones first) and in
+    process order, so every process has a sample whenever ``len(global_batch) >= size`` and the
+    concatenation over processes is the global batch (the order the contrastive pool is
+    gathered in). A tail of 4 over 3 processes splits [2, 1, 1], not [2, 2, 0]."""
+    per, longer = divmod(len(global_batch), size)
+    start = rank * per + min(rank, longer)
+    return global_batch[start : start + per + (rank < longer)]
 
 
 def local_weight(local: int, global_: int, size: int) -> float:
@@ -72,12 +78,23 @@ def gather_labels(labels: torch.Tensor) -> torch.Tensor:
 
 
 def all_reduce_mean(grads: list[torch.Tensor | None], params: list[torch.Tensor]) -> list:
-    """Average per-parameter gradients over processes (None counts as zeros)."""
+    """Average per-parameter gradients over processes (None counts as zeros).
+
+    A gradient that is None on every process stays None, as with one process (and as DDP's
+    reducer leaves a globally unused parameter): the optimizer then skips that parameter
+    rather than moving it by momentum and weight decay on a zero gradient. Which parameters
+    some process reached is settled by one small all-reduce of a flag per parameter."""
     _, size = world()
     if size == 1:
         return list(grads)
+    device = params[0].device if params else None  # NCCL reduces device tensors only
+    reached = torch.tensor([g is not None for g in grads], dtype=torch.int32, device=device)
+    dist.all_reduce(reached)
     out = []
-    for g, p in zip(grads, params):
+    for g, p, anywhere in zip(grads, params, reached.tolist(), strict=True):
+        if not anywhere:
+            out.append(None)
+            continue
         g = torch.zeros_like(p) if g is None else g.contiguous().clone()
         dist.all_reduce(g)
         out.append(g / size)
@@ -92,7 +109,16 @@ def mean_over_processes(values: dict, keys: tuple[str, ...]) -> dict:
     present = [k for k in keys if k in values]
     if world()[1] == 1 or not present:
         return {k: values[k] for k in present}
-    tensor = torch.tensor([float(values[k]) for k in present], dtype=torch.float64)
+    tensor = torch.tensor(
+        [float(values[k]) for k in present], dtype=torch.float64, device=_collective_device()
+    )
     dist.all_reduce(tensor)
     tensor /= world()[1]
     return dict(zip(present, tensor.tolist()))
+
+
+def _collective_device() -> torch.device:
+    """Where a tensor made for a collective must live: NCCL reduces CUDA tensors only."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -270,7 +270,7 @@ def finetune(
                     x = LossInputs(
                         out.logits,
                         gather_with_grad(out.features, dim=1),
-                        model.label_embeddings(),
+                        out.label_embeddings,  # read inside forward: DDP sees its use
                         labels,
                         task.is_regression,
                         feature_labels=gather_labels(labels),
