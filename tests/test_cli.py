@@ -19,6 +19,7 @@ import yaml
 from cli_helpers import invoke
 
 from aclpipe.cli import app
+from aclpipe.errors import UserError
 from aclpipe.run_log import read_run_log
 
 STAGES = ("prepare", "finetune", "evaluate")
@@ -334,3 +335,19 @@ def test_evaluate_on_cuda_without_a_gpu(workdir: Path) -> None:
     assert pick_device("auto") == pick_device("cpu") == "cpu"
     line = assert_user_error(invoke("evaluate", "-t", "sst2", "--set", "train.device=cuda"))
     assert line == "error: train.device is cuda but no GPU is visible: set train.device=auto or cpu"
+
+
+@pytest.mark.parametrize("error", [UserError, RuntimeError])
+def test_error_lines_with_brackets_print_as_they_are(error, monkeypatch) -> None:
+    """gloo's messages carry `[/path:line]`, which rich would read as markup and crash on."""
+    import aclpipe.cli as cli
+
+    message = "[/__w/pytorch/gloo/transport.cc:154] Connection closed by peer [bold]"
+
+    def boom(*args, **kwargs):
+        raise error(message)
+
+    monkeypatch.setattr(cli, "_load", boom)
+    result = invoke("finetune", "--task", "sst2", "--method", "ce")
+    assert result.exit_code == (2 if error is UserError else 1)
+    assert message in result.stderr and "Traceback" not in result.stderr

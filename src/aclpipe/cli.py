@@ -112,7 +112,7 @@ def user_errors(fn):
         except UserError as err:
             if _state["debug"]:
                 raise
-            err_console.print(f"error: {err}", highlight=False, soft_wrap=True)
+            err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: outputs of the unfinished step were not written")
@@ -122,6 +122,7 @@ def user_errors(fn):
                 raise
             err_console.print(
                 f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)",
+                markup=False,  # messages may hold brackets, e.g. gloo's [/path:line]
                 highlight=False,
                 soft_wrap=True,
             )
