@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit.export import ExitGraph, dev_logits, export_exits
+from aclpipe.early_exit.export import dev_logits, export_exits
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, TASK_FILE

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
+from aclpipe.layout import CURVES_JSON, METRICS, REPORTS_README, RESULTS_MD, Layout
 from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
 
 app = typer.Typer(
@@ -253,15 +253,20 @@ def export_exits(
         int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")
     ] = None,
 ) -> None:
-    """Export a trained model for early exit into models/<task>/<method>/export/: a
-    self-contained model folder, one ONNX graph per exit (checked against PyTorch with
-    onnxruntime), and the dev split's logits at every exit (dev_logits.npz)."""
+    """Export a trained model for early exit into models/<task>/<method>/export/: ONNX graphs
+    an early-exit runtime chains (embeddings, then one segment per exit, each checked against
+    PyTorch with onnxruntime), tokenizer.json, the default exit setting (the 1-point budget's
+    pick from reports/<task>/<method>/curves.json), a self-contained model folder and the dev
+    split's logits at every exit (dev_logits.npz)."""
     from aclpipe.early_exit.export import export_exits as run_export
 
     p = _load(params, set)
     for t, m in _task_methods(task, method, p):
         data, out = LAYOUT.data(t.name), LAYOUT.export(t.name, m)
-        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console)
+        curves = LAYOUT.report(t.name, m) / CURVES_JSON  # the default exit setting's source
+        reference = LAYOUT.report(t.name, "ce") / METRICS
+        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console,
+                   curves, reference)  # fmt: skip
         console.print(f"exported {out}", highlight=False)
 
 

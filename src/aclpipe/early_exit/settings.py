@@ -1,0 +1,75 @@
+"""The exit setting ``predict`` uses when the user names none, chosen at export time.
+
+``export-exits`` reads the method's sweep (``reports/<task>/<method>/curves.json``, written by
+``aclpipe evaluate``) and the ce reference (``reports/<task>/ce/metrics.json``). Of the
+settings whose dev score is at least the reference's minus ``BUDGET_POINTS`` points (the
+trade-off report's 1-point budget), it keeps the one with the highest layer speed-up (ties:
+the higher score); the full model itself is a candidate (``policy: none``), so when no early
+exit setting keeps the score within the budget, the default is no early exit (also when
+not even the full model does). It goes into
+export.json as ``default_setting``.
+
+The selection reads dev scores, as the trade-off report does today (METHODS.md wants a
+validation split carved from train; issue 14 moves the sweep there).
+
+When either file is missing, ``FALLBACK`` is stored instead, with the reason; ``predict``
+uses it as is. Torch-free: ``predict`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BUDGET_POINTS = 1
+FALLBACK = {"policy": "entropy", "threshold": 0.3}  # the documented default without a sweep
+# A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
+_TOLERANCE = 1e-9
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def fallback(reason: str) -> dict:
+    return {**FALLBACK, "source": "fallback", "reason": reason}
+
+
+def choose_default(curves_path: Path, reference_path: Path) -> dict:
+    """``{"policy", "threshold", "source", ...}`` for export.json (module docstring)."""
+    curves, reference = _read(curves_path), _read(reference_path)
+    if curves is None or not curves.get("points"):
+        return fallback(f"no sweep in {curves_path} (run `aclpipe evaluate` first)")
+    if reference is None or "final_score" not in reference:
+        return fallback(f"no ce reference in {reference_path} (train and evaluate ce first)")
+    floor = round(reference["final_score"] - BUDGET_POINTS / 100, 10)
+    full = curves.get("full_model", {})
+    candidates = [
+        {"policy": "none", "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
+        *curves["points"],
+    ]
+    admitted = [
+        p for p in candidates if p.get("score") is not None and p["score"] >= floor - _TOLERANCE
+    ]
+    if not admitted:  # not even the full model: exit early nowhere
+        return {
+            "policy": "none",
+            "threshold": None,
+            "source": "tradeoff",
+            "reason": f"no setting, nor the full model, scores within {BUDGET_POINTS} point of "
+            f"ce's {reference['final_score']:.4f} on {curves.get('split', 'dev')}",
+        }
+    best = max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+    return {
+        "policy": best["policy"],
+        "threshold": best["threshold"],
+        "source": "tradeoff",
+        "budget_points": BUDGET_POINTS,
+        "reference_score": reference["final_score"],
+        "score": best["score"],
+        "layer_speedup": best["layer_speedup"],
+        "split": curves.get("split", "dev"),
+    }
