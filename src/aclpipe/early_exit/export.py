@@ -177,9 +177,9 @@ def export_exits(
         save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
         np.savez(tmp / DEV_LOGITS, **dev_logits(task, model, data_dir, batch_size))
         if curves_path is None or reference_path is None:
-            default = fallback("no curves.json and ce metrics.json given to the export")
+            default = fallback("no curves.json given to the export", task.is_regression)
         else:
-            default = choose_default(curves_path, reference_path)
+            default = choose_default(curves_path, reference_path, task.is_regression)
         if default["source"] == "fallback":
             console.print(f"note: default exit setting {default['policy']} "
                           f"{default['threshold']}: {default['reason']}", highlight=False)  # fmt: skip

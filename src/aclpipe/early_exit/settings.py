@@ -12,7 +12,7 @@ export.json as ``default_setting``.
 The selection reads dev scores, as the trade-off report does today (METHODS.md wants a
 validation split carved from train; issue 14 moves the sweep there).
 
-When either file is missing, ``FALLBACK`` is stored instead, with the reason; ``predict``
+When either file is missing, ``FALLBACK`` (``REGRESSION_FALLBACK`` for STS-B) is stored instead, with the reason; ``predict``
 uses it as is. Torch-free: ``predict`` reads it.
 """
 
@@ -23,6 +23,10 @@ from pathlib import Path
 
 BUDGET_POINTS = 1
 FALLBACK = {"policy": "entropy", "threshold": 0.3}  # the documented default without a sweep
+REGRESSION_FALLBACK = {"policy": "patience", "threshold": 2.0}  # STS-B: patience only
+# the threshold ``predict --policy P`` takes when none is given and the export's default is
+# for another policy
+POLICY_DEFAULTS = {"entropy": 0.3, "confidence": 0.9, "patience": 2.0}
 # A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
 _TOLERANCE = 1e-9
 
@@ -34,17 +38,20 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def fallback(reason: str) -> dict:
-    return {**FALLBACK, "source": "fallback", "reason": reason}
+def fallback(reason: str, regression: bool = False) -> dict:
+    chosen = REGRESSION_FALLBACK if regression else FALLBACK
+    return {**chosen, "source": "fallback", "reason": reason}
 
 
-def choose_default(curves_path: Path, reference_path: Path) -> dict:
+def choose_default(curves_path: Path, reference_path: Path, regression: bool = False) -> dict:
     """``{"policy", "threshold", "source", ...}`` for export.json (module docstring)."""
     curves, reference = _read(curves_path), _read(reference_path)
     if curves is None or not curves.get("points"):
-        return fallback(f"no sweep in {curves_path} (run `aclpipe evaluate` first)")
+        return fallback(f"no sweep in {curves_path} (run `aclpipe evaluate` first)", regression)
     if reference is None or "final_score" not in reference:
-        return fallback(f"no ce reference in {reference_path} (train and evaluate ce first)")
+        return fallback(
+            f"no ce reference in {reference_path} (train and evaluate ce first)", regression
+        )
     floor = round(reference["final_score"] - BUDGET_POINTS / 100, 10)
     full = curves.get("full_model", {})
     candidates = [
