@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -197,8 +196,11 @@ class Predictor:
             began = time.perf_counter()
             logits, layers = self.run(arrays)  # [b, C], [b]
             self.seconds += time.perf_counter() - began
-            for j, row_logits, layer in zip(picked, logits.tolist(), layers.tolist()):
-                answers[todo[j]] = self._record(row_logits, int(layer))
+            probs = _softmax(logits.astype(np.float32))  # [b, C]; unused for regression
+            for j, row_logits, row_probs, layer in zip(
+                picked, logits.tolist(), probs.tolist(), layers.tolist()
+            ):
+                answers[todo[j]] = self._record(row_logits, row_probs, int(layer))
         for i, (text, pair) in enumerate(chunk):
             if pair is None:
                 yield _blank_record(text, self.names)
@@ -207,16 +209,14 @@ class Predictor:
                 self.layers.append(answers[i]["exit_layer"])
                 yield {**answers[i], "text": text}
 
-    def _record(self, logits: list[float], layer: int) -> dict:
+    def _record(self, logits: list[float], probs: list[float], layer: int) -> dict:
         if self.regression:
             return {"label": float(logits[0]), "probability": None, "exit_layer": layer}
-        top = max(logits)
-        total = sum(math.exp(z - top) for z in logits)
-        label = logits.index(top)
+        label = probs.index(max(probs))
         record: dict = {"label": label}
         if self.names:
             record["label_name"] = self.names[label]
-        record.update(probability=1.0 / total, exit_layer=layer)
+        record.update(probability=probs[label], exit_layer=layer)
         return record
 
     def summary(self) -> str:
@@ -246,6 +246,12 @@ def predict_lines(
     once (a bad threshold or folder raises ``UserError`` here), the lines read lazily."""
     predictor = Predictor(model_dir, policy, threshold, engine, batch_size, max_length, task_labels)
     return predictor.records(lines, fmt)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float32 (as torch's on the model's float32 logits)."""
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
 
 
 def blank_note(numbers: list[int]) -> str:
