@@ -289,6 +289,14 @@ CASES: list[Case] = [
     Case("predict-model-missing", "--model names a folder without a model",
          r"no trained model in models/sst2/nothing",
          command("predict", "--model", "models/sst2/nothing", "--input", "-")),
+    Case("predict-onnx-without-export", "--engine onnx on a model folder (no export.json)",
+         r"--engine onnx needs the folder `aclpipe export-exits` writes \(models/<task>/<method>/export\), "
+         r"with export.json; models/sst2/ce has none: give that folder, or use --engine torch",
+         predict("good .\n", "--engine", "onnx")),
+    Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
+         r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
+         r"object per line, such as \{\"text\": \"...\"\}",
+         predict('{"text": "good ."}\n{oops\n', "--format", "jsonl")),
     # training
     Case("nan-loss", "a learning rate so high that the loss becomes NaN",
          r"loss is nan at step 2 \(stage 1, epoch 1\): the learning rate is likely too high",

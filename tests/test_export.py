@@ -1,7 +1,9 @@
-"""export_exits on a tiny random BERT: files, ONNX parity, dev logits, standalone folder, atomicity.
+"""export_exits on a tiny random BERT: files, ONNX segment parity, dev logits, standalone
+folder, default exit setting, atomicity.
 
-The ONNX exports (torch.export based, seconds per exit) run once per pooling for the module
-and are marked slow; the wrapper, the dev-logit keys and the failure paths are fast tests.
+The ONNX exports (torch.export based, seconds per graph) run once per pooling for the module
+and are marked slow; the segment modules, the dev-logit keys, the default setting and the
+failure paths are fast tests.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import pytest
 import torch
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit.export import ExitGraph, dev_logits, export_exits
+from aclpipe.early_exit import segments as segments_module
+from aclpipe.early_exit.export import dev_logits, export_exits
+from aclpipe.early_exit.segments import EmbeddingsGraph, SegmentGraph, torch_chain
+from aclpipe.early_exit.settings import choose_default
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, TASK_FILE
@@ -66,7 +71,7 @@ def trained_folders(root: Path, tiny_model_dir: Path, pooling: str) -> tuple[Pat
     return model_dir, data_dir
 
 
-@pytest.fixture(scope="module", params=["mean", "cls"])
+@pytest.fixture(scope="module", params=["mean", "cls", "layer-attention"])
 def exported(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
     root = tmp_path_factory.mktemp(f"export-{request.param}")
     model_dir, data_dir = trained_folders(root, tiny_model_dir, request.param)
@@ -75,40 +80,66 @@ def exported(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: 
     return {"model_dir": model_dir, "data_dir": data_dir, "out": out_dir, "report": report}
 
 
+GRAPHS = {"embeddings.onnx", "segment_1.onnx", "segment_2.onnx", "segment_3.onnx"}
+
+
 @pytest.mark.slow
 def test_export_writes_every_file(exported: dict) -> None:
     out, report = exported["out"], exported["report"]
     files = {p.name for p in out.iterdir()}
-    onnx_files = {"exit_1.onnx", "exit_2.onnx", "exit_3.onnx"}
-    assert files == {MODEL_FOLDER, DEV_LOGITS, EXPORT_JSON} | onnx_files
+    assert files == {MODEL_FOLDER, DEV_LOGITS, EXPORT_JSON, "tokenizer.json"} | GRAPHS
     assert json.loads((out / EXPORT_JSON).read_text()) == report
-    assert report["exits"] == [1, 2, 3] and report["onnx_files"] == sorted(onnx_files)
-    assert report["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert report["exits"] == [1, 2, 3] and report["labels"] == ["0", "1"]
+    assert [s["file"] for s in report["segments"]] == sorted(GRAPHS - {"embeddings.onnx"})
+    assert [s["layers"] for s in report["segments"]] == [[1, 1], [2, 2], [3, 3]]
+    assert report["embeddings"]["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
+    all_layers = report["pooling"] == "layer-attention"
+    assert report["states"] == ("all" if all_layers else "last")
+    assert report["tolerance"] == 1e-4 and report["default_setting"]["source"] == "fallback"
     assert report["opset"] >= 18 and set(report["versions"]) >= {"torch", "onnxruntime"}
     model_files = {p.name for p in (out / MODEL_FOLDER).iterdir()}
     assert {"model.safetensors", "aclpipe_model.json", TASK_FILE} <= model_files
-    assert "tokenizer_config.json" in model_files
     assert not list(out.parent.glob(".tmp-*")) and not list(out.parent.glob(".old-*"))
 
 
 @pytest.mark.slow
-def test_onnx_matches_pytorch(exported: dict) -> None:
-    """The stored parity figures, and a fresh check on other batch sizes and lengths."""
+def test_onnx_chain_matches_pytorch(exported: dict) -> None:
+    """The stored parity figures, and a fresh chain on other batch sizes and lengths."""
     import onnxruntime as ort
 
-    assert all(diff < 1e-4 for diff in exported["report"]["max_abs_diff"])
+    report = exported["report"]
+    gaps = [report["embeddings"]["max_abs_diff_states"]]
+    for segment in report["segments"]:
+        gaps += [segment[k] for k in segment if k.startswith(("max_abs", "chain_max"))]
+    assert len(gaps) == 1 + 3 * 3 and all(0 <= gap < 1e-4 for gap in gaps)
     model = load_multi_exit(exported["model_dir"]).eval()
     tokenizer = load_tokenizer_from(exported["model_dir"])
+    out = exported["out"]
+    embed = ort.InferenceSession(str(out / "embeddings.onnx"))
+    parts = [ort.InferenceSession(str(out / s["file"])) for s in report["segments"]]
     for texts in (SENTENCES[2:3], SENTENCES, SENTENCES[::-1] * 3):
         inputs = dict(tokenizer(texts, padding=True, return_tensors="pt"))  # [B, T] each
         with torch.no_grad():
             expected = model(**inputs).logits.numpy()  # [E, B, C]
         feed = {name: tensor.numpy() for name, tensor in inputs.items()}
-        for e, layer in enumerate(model.spec.exits):
-            session = ort.InferenceSession(str(exported["out"] / f"exit_{layer}.onnx"))
-            (logits,) = session.run(["logits"], feed)  # [B, C]
+        (states,) = embed.run(None, feed)  # [S, B, T, H]
+        for e, session in enumerate(parts):
+            states, logits = session.run(
+                None, {"states": states, "attention_mask": feed["attention_mask"]}
+            )
             assert logits.shape == expected[e].shape
             np.testing.assert_allclose(logits, expected[e], atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+def test_parity_above_tolerance_fails_the_export(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir, data_dir = trained_folders(tmp_path, tiny_model_dir, "mean")
+    monkeypatch.setattr(segments_module, "TOLERANCE", -1.0)  # any difference is too large
+    with pytest.raises(UserError, match=r"ONNX embeddings differs from PyTorch by") as err:
+        export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / "export")
+    assert "\n" not in str(err.value) and not (tmp_path / "export").exists()
 
 
 @pytest.mark.slow
@@ -148,18 +179,68 @@ def test_exported_folder_loads_standalone(exported: dict, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "layer-attention"])
 @pytest.mark.parametrize("token_types", [True, False])
-def test_exit_graph_equals_model_exit(tiny_model_dir: Path, pooling: str, token_types: bool):
-    """The module that gets exported computes exactly the model's exit k (padding included)."""
+def test_segment_chain_equals_model_exits(tiny_model_dir: Path, pooling: str, token_types: bool):
+    """The modules that get exported, chained, compute exactly the model's exits (padding
+    included); layer-attention carries h_0..h_k, the others h_k alone."""
     model = build_model(tiny_model_dir, pooling)
     tokenizer = load_tokenizer(str(tiny_model_dir))
     inputs = dict(tokenizer(SENTENCES, SENTENCES[::-1], padding=True, return_tensors="pt"))
     if not token_types:
         inputs.pop("token_type_ids")
+    embeddings = EmbeddingsGraph(model, use_token_types=token_types).eval()
+    segments = [SegmentGraph(model, e).eval() for e in range(model.num_exits)]
+    steps = torch_chain(embeddings, segments, inputs)
     with torch.no_grad():
         expected = model(**inputs).logits  # [E, B, C]
-        for e in range(model.num_exits):
-            graph = ExitGraph(model, e, use_token_types=token_types).eval()
-            torch.testing.assert_close(graph(**inputs), expected[e], rtol=1e-5, atol=1e-5)
+    for e, (states, logits) in enumerate(steps[1:]):
+        torch.testing.assert_close(logits, expected[e], rtol=1e-5, atol=1e-5)
+        depth = e + 2 if pooling == "layer-attention" else 1  # h_0..h_k, or h_k
+        assert states.shape == (depth, *inputs["input_ids"].shape, 32)
+
+
+def test_segments_hold_only_their_modules(tiny_model_dir: Path) -> None:
+    model = build_model(tiny_model_dir, "mean")
+    segment = SegmentGraph(model, 1)
+    names = {name for name, _ in segment.named_parameters()}
+    assert not any("embeddings" in name for name in names)
+    assert {name.split(".")[1] for name in names if name.startswith("layers.")} == {"0"}
+    assert all(p is q for p, q in zip(segment.layers[0].parameters(),
+                                      model.encoder.encoder.layer[1].parameters()))  # fmt: skip
+
+
+def write_reports(folder: Path, points: list[dict], reference: float) -> tuple[Path, Path]:
+    curves, metrics = folder / "curves.json", folder / "metrics.json"
+    full = {"score": 0.80, "expected_time_ratio": 1.0}
+    curves.write_text(json.dumps({"split": "dev", "points": points, "full_model": full}))
+    metrics.write_text(json.dumps({"final_score": reference}))
+    return curves, metrics
+
+
+def point(policy: str, threshold: float, score: float, speedup: float) -> dict:
+    return {"policy": policy, "threshold": threshold, "score": score, "layer_speedup": speedup}
+
+
+def test_default_setting_is_the_fastest_within_one_point(tmp_path: Path) -> None:
+    points = [point("entropy", 0.1, 0.805, 1.2), point("entropy", 0.3, 0.795, 1.9),
+              point("confidence", 0.8, 0.79, 2.5), point("patience", 1, 0.75, 3.0)]  # fmt: skip
+    chosen = choose_default(*write_reports(tmp_path, points, reference=0.80))
+    assert (chosen["policy"], chosen["threshold"], chosen["source"]) == (
+        "confidence",
+        0.8,
+        "tradeoff",
+    )
+    assert chosen["layer_speedup"] == 2.5 and chosen["budget_points"] == 1
+    # no early exit setting within the budget: the full model (no early exit)
+    chosen = choose_default(*write_reports(tmp_path, points[3:], reference=0.80))
+    assert chosen["policy"] == "none" and chosen["threshold"] is None
+
+
+def test_default_setting_falls_back_without_reports(tmp_path: Path) -> None:
+    chosen = choose_default(tmp_path / "curves.json", tmp_path / "metrics.json")
+    assert (chosen["policy"], chosen["threshold"], chosen["source"]) == ("entropy", 0.3, "fallback")
+    assert "no sweep in" in chosen["reason"]
+    chosen = choose_default(tmp_path / "curves.json", tmp_path / "m.json", regression=True)
+    assert chosen["policy"] == "patience"
 
 
 def test_dev_logit_keys_for_two_dev_splits(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -200,7 +281,7 @@ def test_failed_export_leaves_previous_output(
         raise RuntimeError("Unsupported operator aten::fancy_op\nlong traceback follows")
 
     monkeypatch.setattr(torch.onnx, "export", broken_export)
-    with pytest.raises(UserError, match=r"exit 1 \(bert\).*aten::fancy_op") as err:
+    with pytest.raises(UserError, match=r"the embeddings \(bert\).*aten::fancy_op") as err:
         export_exits(TASKS["sst2"], model_dir, data_dir, out)
     assert "\n" not in str(err.value) and "traceback" not in str(err.value)
     assert [p.name for p in out.iterdir()] == ["previous.txt"]

@@ -432,7 +432,8 @@ def test_blank_lines_cli(model_dir: Path, tmp_path: Path, monkeypatch: pytest.Mo
     assert len(records) == len(BLANKY)
     assert [r.get("error") for r in records] == [None, "blank line", None, "blank line", None,
                                                   "blank line"]  # fmt: skip
-    assert len(result.stderr.splitlines()) == 1 and "3 blank input lines" in result.stderr
+    notes = result.stderr.splitlines()  # the blank-line note, then the throughput line
+    assert len(notes) == 2 and "3 blank input lines" in notes[0] and "sentences/s" in notes[1]
 
 
 def test_docs_show_these_cases() -> None:

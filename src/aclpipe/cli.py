@@ -22,7 +22,7 @@ from rich.console import Console
 
 from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
+from aclpipe.layout import CURVES_JSON, METRICS, REPORTS_README, RESULTS_MD, Layout
 from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
 
 app = typer.Typer(
@@ -253,15 +253,20 @@ def export_exits(
         int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")
     ] = None,
 ) -> None:
-    """Export a trained model for early exit into models/<task>/<method>/export/: a
-    self-contained model folder, one ONNX graph per exit (checked against PyTorch with
-    onnxruntime), and the dev split's logits at every exit (dev_logits.npz)."""
+    """Export a trained model for early exit into models/<task>/<method>/export/: ONNX graphs
+    an early-exit runtime chains (embeddings, then one segment per exit, each checked against
+    PyTorch with onnxruntime), tokenizer.json, the default exit setting (the 1-point budget's
+    pick from reports/<task>/<method>/curves.json), a self-contained model folder and the dev
+    split's logits at every exit (dev_logits.npz)."""
     from aclpipe.early_exit.export import export_exits as run_export
 
     p = _load(params, set)
     for t, m in _task_methods(task, method, p):
         data, out = LAYOUT.data(t.name), LAYOUT.export(t.name, m)
-        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console)
+        curves = LAYOUT.report(t.name, m) / CURVES_JSON  # the default exit setting's source
+        reference = LAYOUT.report(t.name, "ce") / METRICS
+        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console,
+                   curves, reference)  # fmt: skip
         console.print(f"exported {out}", highlight=False)
 
 
@@ -272,28 +277,50 @@ def predict(
         Path,
         typer.Option(
             "--model",
-            help="An exported model folder (models/<task>/<method>/export/model) or a "
-            "trained one (models/<task>/<method>).",
+            help="The folder `aclpipe export-exits` writes (models/<task>/<method>/export), or "
+            "a model folder (its model/ or a trained models/<task>/<method>; --engine torch).",
         ),
     ],
     policy: Annotated[
-        str, typer.Option("--policy", help="Exit policy: entropy, patience or confidence.")
-    ] = "entropy",
+        str | None,
+        typer.Option(
+            "--policy",
+            help="Exit policy: entropy, patience, confidence, or none (the full model). "
+            "Default: the export's default_setting (the 1-point budget's pick), else entropy.",
+        ),
+    ] = None,
     threshold: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--threshold",
-            help="Entropy S in [0, log C], patience t >= 1, or confidence delta in [0, 1].",
+            help="Entropy S in [0, log C], patience t >= 1, or confidence delta in [0, 1]. "
+            "Default: the export's for its policy, else entropy 0.3, confidence 0.9, patience 2.",
         ),
-    ] = 0.3,
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="onnx (ONNX Runtime; no torch needed) or torch. Default: onnx for an export "
+            "folder, torch for a model folder.",
+        ),
+    ] = None,
     input: Annotated[
         str,
         typer.Option(
             "--input",
             "-i",
-            help="Text file, one sentence (or tab-separated pair) per line; - for stdin.",
+            help="Input file, - for stdin: plain text (one sentence, or a tab-separated pair, "
+            'per line), TSV with a header, or JSONL ({"text": ...} or {"text_a": ..., '
+            '"text_b": ...}).',
         ),
     ] = "-",
+    input_format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="auto (by file name: .tsv, .jsonl, else text), text, tsv or jsonl."
+        ),
+    ] = "auto",
     output: Annotated[
         str, typer.Option("--output", "-o", help="JSON-lines output file; - for stdout.")
     ] = "-",
@@ -302,15 +329,44 @@ def predict(
         int, typer.Option("--max-length", help="Tokens per input after truncation.")
     ] = 128,
 ) -> None:
-    """Predict with early exit: one JSON line per input line (label, probability, exit layer)."""
-    from aclpipe.early_exit.predict import predict_lines, read_lines, write_jsonl
+    """Predict with early exit: one JSON line per input record (label, probability, exit
+    layer), in input order; throughput and the mean exit layer on stderr at the end."""
+    from aclpipe.early_exit.inputs import input_format as pick_format
+    from aclpipe.early_exit.inputs import read_lines
+    from aclpipe.early_exit.predict import Predictor, write_jsonl
 
     if batch_size < 1 or max_length < 2:
         raise UserError("--batch-size must be >= 1 and --max-length >= 2")
-    rows = predict_lines(
-        model, read_lines(input), policy, threshold, batch_size=batch_size, max_length=max_length
-    )
-    write_jsonl(rows, sys.stdout if output == "-" else Path(output))
+    fmt = pick_format(input, input_format)
+    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length)
+    lines = read_lines(input)
+    total = _count_records(input, fmt)
+    rows = predictor.records(lines, fmt)
+    if total is not None and err_console.is_terminal:
+        from rich.progress import Progress
+
+        with Progress(console=err_console, transient=True) as progress:
+            bar = progress.add_task("predict", total=total)
+            rows = _advancing(rows, progress, bar)
+            write_jsonl(rows, sys.stdout if output == "-" else Path(output))
+    else:
+        write_jsonl(rows, sys.stdout if output == "-" else Path(output))
+    err_console.print(predictor.summary(), highlight=False, soft_wrap=True)
+
+
+def _count_records(source: str, fmt: str) -> int | None:
+    """Records in an input file (lines, less a TSV header); None for stdin."""
+    if source == "-" or not Path(source).is_file():
+        return None
+    with open(source, "rb") as f:
+        lines = sum(1 for _ in f)
+    return max(lines - (fmt == "tsv"), 0)
+
+
+def _advancing(rows, progress, bar):
+    for row in rows:
+        progress.advance(bar)
+        yield row
 
 
 @app.command()

@@ -36,6 +36,7 @@ EXPORT_MODEL = "model"  # the self-contained model folder inside export/
 TASK_FILE = "aclpipe_task.json"  # task name and label names beside an exported model
 DEV_LOGITS = "dev_logits.npz"
 EXPORT_JSON = "export.json"
+EXPORT_TOKENIZER = "tokenizer.json"  # the fast tokenizer file, beside export.json
 
 # evaluate
 METRICS = "metrics.json"

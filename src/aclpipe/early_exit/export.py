@@ -2,83 +2,50 @@
 
 ``export_exits`` writes, atomically, into ``models/<task>/<method>/export/``:
 
+- ``embeddings.onnx`` and ``segment_<k>.onnx`` per exit ``k``: the model cut into graphs an
+  early-exit runtime chains (``aclpipe.early_exit.segments``; ``early_exit.onnx_runtime`` runs
+  them). ``embeddings.onnx``: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when
+  the tokenizer makes them and the embeddings read them), ``[batch, sequence]`` int64 ->
+  ``states``; segment ``k``: ``states``, ``attention_mask`` -> ``states``, ``logits [batch,
+  C]``. Every graph and the chain are checked with onnxruntime against PyTorch on real dev
+  rows; the export fails above the tolerance;
+- ``tokenizer.json`` (the fast tokenizer file, read with the ``tokenizers`` library);
 - ``model/``: ``model.safetensors`` + ``aclpipe_model.json`` (``MultiExitModel.save``), the
   tokenizer files and ``aclpipe_task.json`` (task name and label names), so that
-  ``load_multi_exit(out/"model")`` and ``AutoTokenizer.from_pretrained(out/"model")`` work
-  without the training folder;
-- ``exit_<k>.onnx``, one graph per exit: embeddings, layers ``1..k`` and exit ``k``'s head
-  (pooler + classifier, eval mode). Inputs ``input_ids``, ``attention_mask`` (and
-  ``token_type_ids`` when the tokenizer makes them and the embeddings read them), all
-  ``[batch, sequence]`` int64; output ``logits [batch, C]``. Each graph is run with
-  onnxruntime on real dev rows and compared with the PyTorch model's logits at that exit;
+  ``load_multi_exit(out/"model")`` works without the training folder (``predict --engine
+  torch``);
 - ``dev_logits.npz``: logits at every exit on the dev split(s). Keys: ``exits [E]``,
   ``splits`` (dev split names), ``logits [E, N, C]`` and ``labels [N]`` for the task's first
   dev split, and ``logits_<split>`` / ``labels_<split>`` for every further one (MNLI:
   ``logits`` is dev_matched, ``logits_dev_mismatched`` the mismatched split);
-- ``export.json``: exits, ONNX file names, max abs difference per exit, opset, versions.
+- ``export.json``: task, label names, exits, pooling, the graphs with their max abs
+  differences (per graph and for the chain), the tolerance, the default exit setting
+  (``aclpipe.early_exit.settings``), opset, versions.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from rich.console import Console
-from torch import nn
 
 from aclpipe import atomic
 from aclpipe.data.prepared import load_split
 from aclpipe.data.tasks import Task
+from aclpipe.early_exit.segments import write_segments
+from aclpipe.early_exit.settings import choose_default, fallback
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, split_labels
-from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, EXPORT_MODEL, TASK_FILE
+from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, EXPORT_MODEL, EXPORT_TOKENIZER, TASK_FILE
 from aclpipe.modeling.backbone import load_tokenizer_from
 from aclpipe.modeling.batching import collate
-from aclpipe.modeling.layerwise import check_layerwise, forward_to_exits
 from aclpipe.modeling.model import MultiExitModel, load_multi_exit
 
 PARITY_ROWS = 6  # rows of spread lengths in the parity batch (plus one row on its own)
-
-
-class ExitGraph(nn.Module):
-    """Embeddings, layers ``1..k`` and exit ``k``'s head of a ``MultiExitModel``.
-
-    Holds only the modules exit ``k`` needs (shared with the model, not copied), so the
-    exported graph carries no deeper layer and no other head. Runs them through the model's
-    ``LayerRunner`` as the early-exit runtime does (``aclpipe.modeling.layerwise``), but always
-    with the mask (an exported graph cannot branch on whether a batch has padding); building
-    one checks, once per model, that the layer run reproduces the model's forward.
-    """
-
-    def __init__(self, model: MultiExitModel, index: int, use_token_types: bool) -> None:
-        super().__init__()
-        check_layerwise(model)
-        head = model.heads[index]
-        self.runner = model.layer_runner()  # a plain object: its modules are registered below
-        for name, module in self.runner.modules(head.layer).items():
-            self.add_module(name, module)  # embeddings, layers, and what else the layers read
-        self.head = head
-        self.use_token_types = use_token_types
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        types = token_type_ids if self.use_token_types else None
-        (logits,) = forward_to_exits(
-            self.runner, [self.head], input_ids, attention_mask, types, skip_unpadded_mask=False
-        )
-        return logits  # [B, C]
 
 
 def uses_token_types(model: MultiExitModel, tokenizer) -> bool:
@@ -120,66 +87,6 @@ def parity_batches(rows: list[dict], pad_id: int, names: list[str]) -> list[dict
     return batches
 
 
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """Silence the exporter's progress lines, warnings and registry chatter."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
-def export_exit(
-    graph: ExitGraph, example: dict, path: Path, opset: int | None, layer: int, model_type: str
-) -> None:
-    """Export one exit graph with dynamic batch and sequence axes (``torch.export`` based)."""
-    from torch.export import Dim
-
-    batch, sequence = Dim("batch"), Dim("sequence")
-    dynamic = {name: {0: batch, 1: sequence} for name in example}
-    try:
-        with _quiet_exporter():
-            torch.onnx.export(
-                graph,
-                (),
-                str(path),
-                kwargs=example,
-                input_names=list(example),
-                output_names=["logits"],
-                opset_version=opset,
-                dynamo=True,
-                dynamic_shapes=dynamic,
-                external_data=False,  # one self-contained file per exit (models under 2 GB)
-            )
-    except Exception as err:  # the exporter raises many types; the user needs one line
-        reason = (str(err).strip().splitlines() or [""])[0][:300]
-        raise UserError(
-            f"ONNX export of exit {layer} ({model_type}) failed: {type(err).__name__}: {reason}"
-        ) from err
-
-
-def onnx_max_diff(
-    path: Path, batches: list[dict], references: list[torch.Tensor], layer: int
-) -> float:
-    """Largest ``|onnx - torch|`` over the batches; ``references`` are ``[b, C]`` each."""
-    import onnxruntime as ort
-
-    feeds = [{name: tensor.numpy() for name, tensor in batch.items()} for batch in batches]
-    try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        outputs = [session.run(["logits"], feed)[0] for feed in feeds]  # [b, C] each
-    except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
-        reason = (str(err).strip().splitlines() or [""])[0][:300]
-        raise UserError(f"onnxruntime cannot run exit {layer}'s graph: {reason}") from err
-    gaps = [np.abs(out - ref.detach().numpy()).max() for out, ref in zip(outputs, references)]
-    return float(max(gaps))
-
-
 def graph_opset(path: Path) -> int:
     import onnx
 
@@ -203,6 +110,17 @@ def dev_logits(task: Task, model: MultiExitModel, data_dir: Path, batch_size: in
     return arrays
 
 
+def write_tokenizer_file(tokenizer, path: Path) -> None:
+    """The fast tokenizer's ``tokenizer.json``, which ``tokenizers.Tokenizer.from_file`` reads."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise UserError(
+            f"the tokenizer ({type(tokenizer).__name__}) has no fast version, so there is no "
+            "tokenizer.json for a serving box: train from a checkpoint with a fast tokenizer"
+        )
+    backend.save(str(path))
+
+
 def export_exits(
     task: Task,
     model_dir: Path,
@@ -211,8 +129,10 @@ def export_exits(
     batch_size: int = 64,
     opset: int | None = None,
     console: Console | None = None,
+    curves_path: Path | None = None,
+    reference_path: Path | None = None,
 ) -> dict:
-    """Export the model in ``model_dir``: model folder, ONNX per exit, dev logits, report.
+    """Export the model in ``model_dir``: ONNX segments, tokenizer, model folder, dev logits.
 
     Args:
         task: the GLUE task the model was trained on.
@@ -221,7 +141,9 @@ def export_exits(
         out_dir: ``models/<task>/<method>/export/``; replaced whole, or left untouched on error.
         batch_size: batch size for the dev logits.
         opset: ONNX opset; None takes the exporter's default.
-        console: where to print the per-exit parity line.
+        console: where to print the parity lines.
+        curves_path, reference_path: the method's ``curves.json`` and ce's ``metrics.json``,
+            from which the default exit setting is chosen (``aclpipe.early_exit.settings``).
 
     Returns:
         The ``export.json`` record.
@@ -236,27 +158,31 @@ def export_exits(
     names = ["input_ids", "attention_mask"]
     if uses_token_types(model, tokenizer):
         names.append("token_type_ids")
-    batches = parity_batches(rows, model.encoder.config.pad_token_id or 0, names)
-    with torch.no_grad():
-        references = [model(**batch).logits for batch in batches]  # [E, b, C] each
+    pad_id = model.encoder.config.pad_token_id or 0
+    batches = parity_batches(rows, pad_id, names)
     model_type = model.encoder.config.model_type
-    files, diffs, seconds = [], [], []
     with atomic.atomic_dir(out_dir) as tmp:
-        save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
-        for index, layer in enumerate(model.spec.exits):
-            path = tmp / f"exit_{layer}.onnx"
-            start = time.perf_counter()
-            graph = ExitGraph(model, index, "token_type_ids" in names).eval()
-            export_exit(graph, batches[0], path, opset, layer, model_type)
-            seconds.append(round(time.perf_counter() - start, 2))
-            diffs.append(onnx_max_diff(path, batches, [r[index] for r in references], layer))
-            files.append(path.name)
+        start = time.perf_counter()
+        graphs = write_segments(model, names, batches, tmp, model_type, opset)
+        seconds = round(time.perf_counter() - start, 2)
+        for record in graphs["segments"]:
             console.print(
-                f"exit {layer}: {path.name}  max |onnx - torch| = {diffs[-1]:.2e}  "
-                f"({seconds[-1]:.1f}s)",
+                f"exit {record['exit']}: {record['file']} (layers {record['layers'][0]}.."
+                f"{record['layers'][1]})  max |onnx - torch|: logits "
+                f"{record['max_abs_diff_logits']:.2e}, states {record['max_abs_diff_states']:.2e}, "
+                f"chain {record['chain_max_abs_diff_logits']:.2e}",
                 highlight=False,
             )
+        write_tokenizer_file(tokenizer, tmp / EXPORT_TOKENIZER)
+        save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
         np.savez(tmp / DEV_LOGITS, **dev_logits(task, model, data_dir, batch_size))
+        if curves_path is None or reference_path is None:
+            default = fallback("no curves.json given to the export", task.is_regression)
+        else:
+            default = choose_default(curves_path, reference_path, task.is_regression)
+        if default["source"] == "fallback":
+            console.print(f"note: default exit setting {default['policy']} "
+                          f"{default['threshold']}: {default['reason']}", highlight=False)  # fmt: skip
         report = {
             "task": task.name,
             "model_type": model_type,
@@ -264,14 +190,15 @@ def export_exits(
             "pooling": model.spec.pooling,
             "num_labels": model.spec.num_labels,
             "labels": list(task.labels),
+            "regression": task.is_regression,
+            "pad_id": pad_id,
+            "tokenizer": EXPORT_TOKENIZER,
             "model_folder": EXPORT_MODEL,
-            "inputs": names,
-            "output": "logits",
-            "onnx_files": files,
-            "max_abs_diff": diffs,
+            **graphs,
+            "default_setting": default,
             "export_seconds": seconds,
             "parity_rows": sum(len(b["input_ids"]) for b in batches),
-            "opset": graph_opset(tmp / files[0]),
+            "opset": graph_opset(tmp / graphs["embeddings"]["file"]),
             "dev_logits": DEV_LOGITS,
             "versions": {m.__name__: m.__version__ for m in (torch, onnxruntime, transformers)},
         }

@@ -25,11 +25,14 @@ and 21 us in Python, a twentieth of a layer saved at every exit.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from aclpipe.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 POLICIES = ("entropy", "patience", "confidence")
 
@@ -99,7 +102,9 @@ def exit_indices(
 ) -> np.ndarray:
     """Exit index (0-based into the exits) of every sample, from all-exit logits ``[E, N, C]``."""
     check_policy(policy, regression)
-    logits = logits.detach().cpu().numpy() if torch.is_tensor(logits) else np.asarray(logits)
+    if hasattr(logits, "detach"):  # a torch tensor; this module imports no torch (serving)
+        logits = logits.detach().cpu().numpy()
+    logits = np.asarray(logits)
     num_exits = logits.shape[0]
     chosen = np.full(logits.shape[1], num_exits - 1, dtype=np.int64)
     for i, rows in enumerate(logits.transpose(1, 0, 2).tolist()):  # one sample's [E][C]

@@ -1,21 +1,29 @@
-"""Prediction with early exit: lines of text in, one JSON record per line out.
+"""Prediction with early exit: text in (``aclpipe.early_exit.inputs``), one JSON record per
+input record out, in input order.
 
-Each line is a sentence, or a pair when it holds exactly one tab
-(``premise<TAB>hypothesis``). Lines are read as a stream, tokenized (truncated to
-``max_length``), batched in input order with right padding, and run through the early-exit
-runtime (``aclpipe.early_exit.runtime``) with a per-sample exit policy (METHODS.md, Exit policies).
-Records come out in input order::
+``--model`` is the folder ``export-exits`` writes (``models/<task>/<method>/export``), or a
+model folder (an export's ``model/``, or a training folder ``models/<task>/<method>``). Two
+engines run the same per-sample policy (``aclpipe.early_exit.policies.leaves``):
+
+- ``onnx`` (the default for an export folder): the exported segments on ONNX Runtime
+  (``early_exit.onnx_runtime``), tokenized by the ``tokenizers`` library from
+  ``tokenizer.json``. It imports neither torch nor transformers;
+- ``torch``: the PyTorch runtime (``early_exit.runtime``) on the saved model.
+
+The policy and threshold default to the export's ``default_setting`` (``early_exit.settings``:
+the 1-point budget's pick from the trade-off sweep), or ``settings.FALLBACK`` without one;
+``--policy`` alone takes that policy's ``POLICY_DEFAULTS`` threshold. ``none`` runs the full
+model to its last exit, the baseline.
+
+Records are read in chunks of ``CHUNK_BATCHES`` batches, sorted by token length inside a chunk
+(batches of similar lengths carry little padding) and written back in input order::
 
     {"label": 1, "label_name": "1", "probability": 0.93, "exit_layer": 2, "text": "..."}
 
 ``label`` is a float and ``probability`` null for a regression model (STS-B); ``label_name``
-appears when label names are known (given, or saved by ``aclpipe export-exits``).
-
-Output line n always answers input line n, so the records can be pasted beside the input. A
-blank (or whitespace-only) line has nothing to classify: it gets a record in its place with
-``label``, ``probability`` and ``exit_layer`` null and ``"error": "blank line"``, and at the
-end one note on stderr counts them. This is the same for a file and for stdin (which is
-streamed, so it cannot be checked whole before the first record is written).
+appears when label names are known. Output line n always answers input record n: a blank (or
+whitespace-only) line gets a record in its place with ``label``, ``probability`` and
+``exit_layer`` null and ``"error": "blank line"``, and one note on stderr counts them.
 """
 
 from __future__ import annotations
@@ -25,16 +33,24 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from aclpipe.early_exit.runtime import EarlyExitRuntime
+import numpy as np
+
+from aclpipe.early_exit.inputs import read_lines, records
+from aclpipe.early_exit.policies import POLICIES
+from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
+from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
-from aclpipe.layout import TASK_FILE
-from aclpipe.modeling.backbone import load_tokenizer_from
-from aclpipe.modeling.batching import collate
-from aclpipe.modeling.model import load_multi_exit
+from aclpipe.layout import EXPORT_JSON, EXPORT_MODEL, MODEL_CONFIG, TASK_FILE, TOKENIZER
+
+ENGINES = ("onnx", "torch")
+CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
+
+__all__ = ["Predictor", "predict_lines", "read_lines", "write_jsonl"]
 
 
 def saved_label_names(model_dir: Path) -> list[str] | None:
@@ -51,107 +67,191 @@ def saved_label_names(model_dir: Path) -> list[str] | None:
     return [str(name) for name in labels] or None
 
 
-def encode_line(tokenizer, text: str, number: int, max_length: int) -> dict:
-    """One line -> an unpadded row ``{"input_ids", ["token_type_ids",] "label"}``."""
-    parts = text.split("\t")
-    if len(parts) > 2:
+def _export_record(folder: Path) -> dict | None:
+    path = folder / EXPORT_JSON
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise UserError(f"{path} is damaged: run `aclpipe export-exits` again") from err
+
+
+def choose_setting(policy: str | None, threshold: float | None, record: dict | None):
+    """``(policy, threshold, where from)``: the user's, else the export's default, else the
+    fallback; a policy named alone takes the export's threshold when it is the same policy."""
+    stored = (record or {}).get("default_setting") or {**FALLBACK, "source": "fallback"}
+    if policy is None:
+        if threshold is not None:
+            raise UserError("--threshold needs --policy: name the policy it belongs to")
+        return stored["policy"], stored["threshold"], f"default ({stored['source']})"
+    if policy != "none" and policy not in POLICIES:
         raise UserError(
-            f"input line {number} has {len(parts) - 1} tabs: give one sentence per line, "
-            "or two sentences separated by one tab"
+            f"unknown policy {policy!r}: use one of {', '.join(POLICIES)} (or none for the full "
+            "model)"
         )
-    encoded = tokenizer(*parts, truncation=True, max_length=max_length)
-    row = {"input_ids": encoded["input_ids"], "label": 0}  # label: collate needs one; unused
-    if "token_type_ids" in encoded:
-        row["token_type_ids"] = encoded["token_type_ids"]
-    return row
+    if threshold is None and policy != "none":
+        same = stored["policy"] == policy
+        threshold = stored["threshold"] if same else POLICY_DEFAULTS[policy]
+    return policy, threshold, "given"
+
+
+class Predictor:
+    """A loaded model, tokenizer and policy: ``records(lines)`` yields the output records and
+    fills ``count``, ``seconds`` and ``layers`` (the exit layers of answered records)."""
+
+    def __init__(
+        self,
+        model: Path,
+        policy: str | None = None,
+        threshold: float | None = None,
+        engine: str | None = None,
+        batch_size: int = 32,
+        max_length: int = 128,
+        task_labels: list[str] | None = None,
+    ) -> None:
+        if batch_size < 1 or max_length < 2:
+            raise UserError(
+                f"batch size {batch_size} and max length {max_length} must be >= 1 and 2"
+            )
+        record = _export_record(model)
+        if engine is None:
+            engine = "onnx" if record and record.get("segments") else "torch"
+        if engine not in ENGINES:
+            raise UserError(f"unknown engine {engine!r}: use onnx or torch")
+        self.policy, self.threshold, self.setting_source = choose_setting(policy, threshold, record)
+        self.engine_name, self.batch_size = engine, batch_size
+        model_dir = model / EXPORT_MODEL if record else model
+        if engine == "onnx":
+            if record is None:
+                raise UserError(
+                    f"--engine onnx needs the folder `aclpipe export-exits` writes "
+                    f"(models/<task>/<method>/export), with export.json; {model} has none: "
+                    "give that folder, or use --engine torch"
+                )
+            from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+
+            runtime = OnnxEarlyExit(model, self.policy, self.threshold)
+
+            def run(arrays: dict) -> tuple[np.ndarray, np.ndarray]:
+                result = runtime(**arrays)
+                return result.logits, result.exit_layer
+
+            self.run, self.exits = run, runtime.exits
+            self.num_labels, self.regression = record["num_labels"], runtime.regression
+            self.pad_id = int(record.get("pad_id", 0))
+            tokenizer_file = model / record.get("tokenizer", "tokenizer.json")
+            names = record.get("labels")
+        else:
+            if not (model_dir / MODEL_CONFIG).is_file():
+                raise UserError(
+                    f"no trained model in {model} (missing {MODEL_CONFIG}): give the folder "
+                    "`aclpipe export-exits` writes (models/<task>/<method>/export) or run "
+                    "`aclpipe finetune` for this task and method first"
+                )
+            from aclpipe.early_exit.torch_engine import TorchEngine
+
+            engine_ = TorchEngine(model_dir, self.policy, self.threshold)
+            self.run, self.exits = engine_, engine_.exits
+            self.num_labels, self.regression = engine_.num_labels, engine_.regression
+            self.pad_id = engine_.pad_id
+            folder = model_dir / TOKENIZER if (model_dir / TOKENIZER).is_dir() else model_dir
+            tokenizer_file = folder / "tokenizer.json"
+            names = saved_label_names(model_dir)
+        names = task_labels if task_labels is not None else names
+        if names and len(names) != self.num_labels:
+            raise UserError(
+                f"{len(names)} label names given for a model with {self.num_labels} outputs: "
+                "pass the labels of the task the model was trained on"
+            )
+        self.names = [str(n) for n in names] if names else None
+        self.tokenizer = load_fast_tokenizer(tokenizer_file, max_length)
+        self.count, self.seconds, self.layers = 0, 0.0, []
+
+    def records(self, lines: Iterable[str], fmt: str = "text") -> Iterator[dict]:
+        """One output record per input record, in input order (module docstring)."""
+        chunk: list = []
+        blank: list[int] = []
+        for number, (text, pair) in enumerate(records(lines, fmt), start=1):
+            if pair is None or not any((p or "").strip() for p in pair):
+                blank.append(number)
+                pair = None
+            chunk.append((text, pair))
+            if len(chunk) == self.batch_size * CHUNK_BATCHES:
+                yield from self._answer(chunk)
+                chunk = []
+        if chunk:
+            yield from self._answer(chunk)
+        if blank:
+            print(blank_note(blank), file=sys.stderr)
+
+    def _answer(self, chunk: list) -> Iterator[dict]:
+        todo = [i for i, (_, pair) in enumerate(chunk) if pair is not None]
+        rows = encode(self.tokenizer, [chunk[i][1] for i in todo])
+        order = sorted(range(len(todo)), key=lambda j: len(rows[j]["input_ids"]))
+        answers: dict[int, dict] = {}
+        for start in range(0, len(order), self.batch_size):
+            picked = order[start : start + self.batch_size]
+            arrays = pad([rows[j] for j in picked], self.pad_id)  # [b, T] each
+            began = time.perf_counter()
+            logits, layers = self.run(arrays)  # [b, C], [b]
+            self.seconds += time.perf_counter() - began
+            probs = _softmax(logits.astype(np.float32))  # [b, C]; unused for regression
+            for j, row_logits, row_probs, layer in zip(
+                picked, logits.tolist(), probs.tolist(), layers.tolist()
+            ):
+                answers[todo[j]] = self._record(row_logits, row_probs, int(layer))
+        for i, (text, pair) in enumerate(chunk):
+            if pair is None:
+                yield _blank_record(text, self.names)
+            else:
+                self.count += 1
+                self.layers.append(answers[i]["exit_layer"])
+                yield {**answers[i], "text": text}
+
+    def _record(self, logits: list[float], probs: list[float], layer: int) -> dict:
+        if self.regression:
+            return {"label": float(logits[0]), "probability": None, "exit_layer": layer}
+        label = probs.index(max(probs))
+        record: dict = {"label": label}
+        if self.names:
+            record["label_name"] = self.names[label]
+        record.update(probability=probs[label], exit_layer=layer)
+        return record
+
+    def summary(self) -> str:
+        """The final stderr line: throughput and mean exit layer."""
+        rate = self.count / self.seconds if self.seconds > 0 else float("nan")
+        mean = sum(self.layers) / len(self.layers) if self.layers else float("nan")
+        setting = self.policy if self.policy == "none" else f"{self.policy} {self.threshold:g}"
+        return (
+            f"{self.count} sentences, {rate:.1f} sentences/s (model time {self.seconds:.2f} s), "
+            f"mean exit layer {mean:.2f} of {self.exits[-1]}; engine {self.engine_name}, "
+            f"policy {setting} ({self.setting_source})"
+        )
 
 
 def predict_lines(
     model_dir: Path,
     lines: Iterable[str],
-    policy: str,
-    threshold: float,
+    policy: str | None = None,
+    threshold: float | None = None,
     batch_size: int = 32,
     max_length: int = 128,
     task_labels: list[str] | None = None,
+    engine: str | None = None,
+    fmt: str = "text",
 ) -> Iterator[dict]:
-    """Early-exit predictions for ``lines``, one record per line, in input order.
-
-    The model, the tokenizer and the policy are checked when this is called (a bad
-    threshold or folder raises ``UserError`` at once); the lines are read lazily, one batch
-    at a time, so stdin can be streamed.
-
-    Args:
-        model_dir: an exported ``model/`` folder, or a training folder (weights + tokenizer).
-        lines: text lines (trailing newlines are stripped). A blank line gets a record with a
-            null label and ``"error": "blank line"`` (output stays aligned with input), and a
-            note on stderr at the end counts them.
-        policy: entropy | patience | confidence.
-        threshold: the policy's parameter (``S``, ``t`` or ``delta``).
-        batch_size: lines per batch.
-        max_length: tokens kept per line (or pair), truncating longer inputs.
-        task_labels: label names in index order; default: those saved with the export.
-
-    Returns:
-        An iterator of ``{"label", ["label_name",] "probability", "exit_layer", "text"}``
-        (plus ``"error"`` on the records of blank lines).
-    """
-    if batch_size < 1 or max_length < 2:
-        raise UserError(f"batch size {batch_size} and max length {max_length} must be >= 1 and 2")
-    model = load_multi_exit(model_dir)
-    num_labels = model.spec.num_labels
-    regression = num_labels == 1
-    runtime = EarlyExitRuntime(model, policy, threshold, regression=regression)  # checks policy
-    if regression and policy != "patience":
-        raise UserError(
-            f"policy {policy!r} needs class probabilities: use patience for a regression model"
-        )
-    names = task_labels if task_labels is not None else saved_label_names(model_dir)
-    if names and len(names) != num_labels:
-        raise UserError(
-            f"{len(names)} label names given for a model with {num_labels} outputs: "
-            "pass the labels of the task the model was trained on"
-        )
-    tokenizer = load_tokenizer_from(model_dir)
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = model.encoder.config.pad_token_id or 0
-    return _predict(runtime, tokenizer, lines, batch_size, max_length, pad_id, names or None)
+    """``Predictor(...).records(lines, fmt)``: the model, tokenizer and policy are checked at
+    once (a bad threshold or folder raises ``UserError`` here), the lines read lazily."""
+    predictor = Predictor(model_dir, policy, threshold, engine, batch_size, max_length, task_labels)
+    return predictor.records(lines, fmt)
 
 
-def _predict(
-    runtime: EarlyExitRuntime,
-    tokenizer,
-    lines: Iterable[str],
-    batch_size: int,
-    max_length: int,
-    pad_id: int,
-    names: list[str] | None,
-) -> Iterator[dict]:
-    # The lines of the batch in input order; a blank line holds None in ``rows``.
-    pending: list[str] = []
-    rows: list[dict | None] = []
-    filled = 0  # non-blank rows in the batch
-    blank: list[int] = []
-    for number, line in enumerate(lines, start=1):
-        text = line.rstrip("\r\n")
-        if not text.strip():
-            blank.append(number)
-            if not filled:  # nothing waits for the model: answer at once
-                yield _blank_record(text, names)
-                continue
-            rows.append(None)
-        else:
-            rows.append(encode_line(tokenizer, text, number, max_length))
-            filled += 1
-        pending.append(text)
-        if filled == batch_size:
-            yield from _run_batch(runtime, rows, pending, pad_id, names)
-            pending, rows, filled = [], [], 0
-    if rows:
-        yield from _run_batch(runtime, rows, pending, pad_id, names)
-    if blank:
-        print(blank_note(blank), file=sys.stderr)
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float32 (as torch's on the model's float32 logits)."""
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
 
 
 def blank_note(numbers: list[int]) -> str:
@@ -171,56 +271,6 @@ def _blank_record(text: str, names: list[str] | None) -> dict:
         record["label_name"] = None
     record.update(probability=None, exit_layer=None, text=text, error="blank line")
     return record
-
-
-def _run_batch(
-    runtime: EarlyExitRuntime,
-    rows: list[dict | None],
-    texts: list[str],
-    pad_id: int,
-    names: list[str] | None,
-) -> Iterator[dict]:
-    """Records for ``texts`` in order: the model's for each row, a blank record for None
-    (the first row is never None: a blank line before any row is answered at once)."""
-    batch = collate([row for row in rows if row is not None], pad_id, regression=False)  # [b, T]
-    batch.pop("labels")
-    result = runtime(**batch)
-    logits = result.logits.float()  # [b, C]
-    probs = logits.softmax(dim=-1)  # [b, C]; unused for regression
-    i = -1  # index into the batch of the last non-blank line
-    for row, text in zip(rows, texts):
-        if row is None:
-            yield _blank_record(text, names)
-            continue
-        i += 1
-        record: dict = {}
-        if runtime.regression:
-            record["label"] = float(logits[i, 0])
-            record["probability"] = None
-        else:
-            label = int(probs[i].argmax())
-            record["label"] = label
-            if names:
-                record["label_name"] = names[label]
-            record["probability"] = float(probs[i, label])
-        record["exit_layer"] = int(result.exit_layer[i])
-        record["text"] = text
-        yield record
-
-
-def read_lines(source: Path | str | None) -> Iterator[str]:
-    """Lines of a UTF-8 file, or of stdin for ``None`` or ``"-"``; a missing file is an error."""
-    if source is None or str(source) == "-":
-        return iter(sys.stdin)
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"input file {path} not found: give a text file, or - for stdin")
-
-    def lines() -> Iterator[str]:
-        with open(path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
-            yield from f
-
-    return lines()
 
 
 def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:

@@ -1,0 +1,124 @@
+"""``predict``'s input formats: what one input record is, read as a stream.
+
+| format | records | pairs |
+| --- | --- | --- |
+| ``text`` | one per line | ``premise<TAB>hypothesis`` (exactly one tab) |
+| ``tsv`` | one per line after a header line | the header names the columns: ``sentence`` / ``text`` / ``text_a`` / ``sentence1`` / ``question`` for the first text, ``text_b`` / ``sentence2`` for the second; a header of one or two other names takes its columns in order |
+| ``jsonl`` | one JSON object per line | ``{"text": ...}`` or ``{"text_a": ..., "text_b": ...}`` |
+
+``auto`` (the default) picks by the file name: ``.tsv`` -> tsv, ``.jsonl`` / ``.json`` -> jsonl,
+anything else and stdin -> text. A blank (or whitespace-only) line is a record too, with no
+text (``None``): ``predict`` answers it in its place. Each record is ``(text, pair)`` where
+``text`` is what the output echoes (the line for text; ``a`` or ``a<TAB>b`` otherwise) and
+``pair`` is ``(a, b)`` with ``b`` None for one sentence, or None for a blank line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from aclpipe.errors import UserError
+
+FORMATS = ("auto", "text", "tsv", "jsonl")
+FIRST = ("sentence", "text", "text_a", "sentence1", "question", "question1", "premise")
+SECOND = ("text_b", "sentence2", "question2", "hypothesis")
+
+Record = tuple[str, "tuple[str, str | None] | None"]
+
+
+def input_format(source: str, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UserError(f"unknown input format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt != "auto":
+        return fmt
+    suffix = Path(source).suffix.lower() if source != "-" else ""
+    return {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(suffix, "text")
+
+
+def read_lines(source: Path | str | None) -> Iterator[str]:
+    """Lines of a UTF-8 file, or of stdin for ``None`` or ``"-"``; a missing file is an error."""
+    if source is None or str(source) == "-":
+        return iter(sys.stdin)
+    path = Path(source)
+    if not path.is_file():
+        raise UserError(f"input file {path} not found: give a text file, or - for stdin")
+
+    def lines() -> Iterator[str]:
+        with open(path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
+            yield from f
+
+    return lines()
+
+
+def records(lines: Iterator[str] | list[str], fmt: str) -> Iterator[Record]:
+    """``(text, pair)`` per input record (module docstring), in input order."""
+    lines = iter(lines)
+    columns = _header(next(lines, ""), fmt) if fmt == "tsv" else None
+    first_number = 2 if fmt == "tsv" else 1
+    for number, line in enumerate(lines, start=first_number):
+        text = line.rstrip("\r\n")
+        if not text.strip():
+            yield text, None
+        elif fmt == "jsonl":
+            yield _json_record(text, number)
+        elif fmt == "tsv":
+            yield _tsv_record(text, number, columns)
+        else:
+            parts = text.split("\t")
+            if len(parts) > 2:
+                raise UserError(
+                    f"input line {number} has {len(parts) - 1} tabs: give one sentence per line, "
+                    "or two sentences separated by one tab"
+                )
+            yield text, (parts[0], parts[1] if len(parts) == 2 else None)
+
+
+def _header(line: str, fmt: str) -> tuple[int, int | None, int]:
+    """``(first column, second column or None, number of columns)`` from a TSV header."""
+    names = [n.strip().lower() for n in line.rstrip("\r\n").split("\t")]
+    a = next((names.index(n) for n in FIRST if n in names), None)
+    b = next((names.index(n) for n in SECOND if n in names), None)
+    if a is None and len(names) <= 2 and any(names):
+        a, b = 0, 1 if len(names) == 2 else None
+    if a is None:
+        raise UserError(
+            f"TSV header {' | '.join(names) or '(empty)'} names no text column: call the "
+            f"columns {FIRST[0]} (and {SECOND[1]} for pairs), or text_a and text_b"
+        )
+    return a, b, len(names)
+
+
+def _tsv_record(text: str, number: int, columns) -> Record:
+    a, b, width = columns
+    fields = text.split("\t")
+    if len(fields) != width:
+        raise UserError(
+            f"input line {number} has {len(fields)} tab-separated fields, the header {width}: "
+            "repair that row (fields must not contain tabs)"
+        )
+    pair = (fields[a], fields[b] if b is not None else None)
+    return "\t".join(p for p in pair if p is not None), pair
+
+
+def _json_record(text: str, number: int) -> Record:
+    try:
+        row = json.loads(text)
+    except ValueError as err:
+        raise UserError(
+            f"input line {number} is not JSON ({err.msg}): write one object per line, "
+            'such as {"text": "..."}'
+        ) from err
+    if isinstance(row, dict) and isinstance(row.get("text"), str):
+        return row["text"], (row["text"], None)
+    if isinstance(row, dict) and isinstance(row.get("text_a"), str):
+        b = row.get("text_b")
+        if b is not None and not isinstance(b, str):
+            raise UserError(f'input line {number}: "text_b" must be a string')
+        return "\t".join(x for x in (row["text_a"], b) if x is not None), (row["text_a"], b)
+    raise UserError(
+        f'input line {number} has no "text" (or "text_a") string: write {{"text": "..."}} or '
+        '{"text_a": "...", "text_b": "..."}'
+    )

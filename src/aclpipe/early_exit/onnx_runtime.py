@@ -1,0 +1,154 @@
+"""The early-exit runtime on ONNX Runtime: the exported segments chained, stopping per sample.
+
+The same algorithm as the PyTorch runtime (``aclpipe.early_exit.runtime``) over the graphs
+``export-exits`` writes (``aclpipe.early_exit.segments``): ``embeddings.onnx`` gives
+``states``; segment ``j`` runs the layers up to exit ``j`` and that exit's head. After each
+exit the SAME pure policy (``aclpipe.early_exit.policies.leaves``) decides, sample by sample,
+who leaves; those rows leave ``states`` and the mask, and padding columns only finished rows
+needed are trimmed (batches are right-padded). ``policy="none"`` runs every segment for every
+row and answers with the last exit (the baseline; the inner heads, a pooling and a linear map
+each, still run inside their segments).
+
+NumPy and onnxruntime only: a serving box needs no torch and no transformers.
+
+Threads: ONNX Runtime's intra-op threads spin after each run by default; with one session per
+segment a spinning pool steals the CPU from the next session (measured on MiniLM-L6: six
+chained sessions took 31 ms per SST-2 sentence against 5 ms for one full graph). Sessions here
+are built with ``session.intra_op.allow_spinning = 0``, which made the chain cost the same as
+the full graph (5.4 vs 5.1 ms). No IO binding or preallocated outputs: the batch shrinks, so
+shapes change from segment to segment, and the copies they would save are a few hundred KB.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aclpipe.early_exit.policies import check_policy, check_threshold, leaves
+from aclpipe.errors import UserError
+from aclpipe.layout import EXPORT_JSON
+
+
+def read_export(folder: Path) -> dict:
+    """``export.json`` of an export folder, checked to hold the segments this runtime needs."""
+    path = folder / EXPORT_JSON
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"{path} is missing or damaged ({type(err).__name__}): run `aclpipe export-exits` again"
+        ) from err
+    if not record.get("segments"):
+        raise UserError(
+            f"{folder} holds no ONNX segments (an export from an older aclpipe): run "
+            "`aclpipe export-exits` again, or use --engine torch"
+        )
+    return record
+
+
+def session_options(threads: int | None = None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see docstring
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+@dataclass
+class EarlyExitArrays:
+    logits: np.ndarray  # [B, C] float32, the logits at the exit each sample left by
+    exit_index: np.ndarray  # [B] int64, 0-based index into the exits
+    exit_layer: np.ndarray  # [B] int64, the 1-based layer of that exit
+
+
+class OnnxEarlyExit:
+    """Batched early exit over the exported segments with a per-sample policy."""
+
+    def __init__(
+        self,
+        folder: Path,
+        policy: str,
+        threshold: float | None,
+        eps: float = 0.1,
+        threads: int | None = None,
+    ) -> None:
+        import onnxruntime as ort
+
+        record = read_export(folder)
+        self.exits: list[int] = list(record["exits"])
+        self.regression = bool(record.get("regression", record["num_labels"] == 1))
+        if policy != "none":
+            check_threshold(policy, threshold, record["num_labels"], len(self.exits))
+            check_policy(policy, self.regression)
+        self.policy, self.threshold, self.eps = policy, threshold, eps
+        options = session_options(threads)
+        cpu = ["CPUExecutionProvider"]
+        files = [record["embeddings"]["file"], *(s["file"] for s in record["segments"])]
+        try:
+            sessions = [
+                ort.InferenceSession(str(folder / f), options, providers=cpu) for f in files
+            ]
+        except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"onnxruntime cannot load the graphs in {folder}: {reason}") from err
+        self.embeddings, self.segments = sessions[0], sessions[1:]
+        self.inputs = [i.name for i in self.embeddings.get_inputs()]  # what h_0 reads
+        self.exit_layers = np.array(self.exits, dtype=np.int64)
+        # how many exits' logits the policy reads: patience t looks at exits k-t..k
+        self.window = int(threshold) + 1 if policy == "patience" else 1
+
+    def __call__(
+        self,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        token_type_ids: np.ndarray | None = None,
+    ) -> EarlyExitArrays:
+        arrays = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            arrays["token_type_ids"] = token_type_ids
+        feed = {name: arrays[name] for name in self.inputs}  # [B, T] int64 each
+        batch, last_exit = input_ids.shape[0], len(self.segments) - 1
+        out_logits: np.ndarray | None = None  # filled when a first sample leaves
+        out_index = np.full(batch, last_exit, dtype=np.int64)
+        active: np.ndarray | None = None  # original positions of those running; None = all
+        mask = attention_mask
+        (states,) = self.embeddings.run(None, feed)  # [S, B, T, H]
+        seen: list[list[list[float]]] = [[] for _ in range(batch)]  # per sample, its last
+        # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
+        for k, segment in enumerate(self.segments):
+            states, logits = segment.run(None, {"states": states, "attention_mask": mask})
+            # states [S, b, T, H], logits [b, C]
+            if k < last_exit:
+                if self.policy == "none":
+                    continue
+                window = self.window
+                seen = [(w + [row])[-window:] for w, row in zip(seen, logits.tolist())]
+                decided = [
+                    leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
+                ]
+                leaving = sum(decided)
+                if leaving == 0:
+                    continue
+            if k == last_exit or leaving == logits.shape[0]:  # everyone still running leaves
+                if active is None:  # nobody left earlier: this exit's logits are the answer
+                    out_index.fill(k)
+                    return EarlyExitArrays(logits, out_index, self.exit_layers[out_index])
+                out_logits[active], out_index[active] = logits, k
+                break
+            if out_logits is None:
+                out_logits = np.empty((batch, logits.shape[1]), dtype=logits.dtype)
+                active = np.arange(batch)
+            leave = np.array(decided)
+            out_logits[active[leave]], out_index[active[leave]] = logits[leave], k
+            stay = ~leave
+            active, mask = active[stay], mask[stay]
+            longest = int(mask.sum(axis=1).max())  # trim padding only finished samples needed
+            mask = np.ascontiguousarray(mask[:, :longest])
+            states = np.ascontiguousarray(states[:, stay, :longest])
+            seen = [w for w, gone in zip(seen, decided) if not gone]
+        return EarlyExitArrays(out_logits, out_index, self.exit_layers[out_index])

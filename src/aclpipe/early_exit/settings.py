@@ -1,0 +1,82 @@
+"""The exit setting ``predict`` uses when the user names none, chosen at export time.
+
+``export-exits`` reads the method's sweep (``reports/<task>/<method>/curves.json``, written by
+``aclpipe evaluate``) and the ce reference (``reports/<task>/ce/metrics.json``). Of the
+settings whose dev score is at least the reference's minus ``BUDGET_POINTS`` points (the
+trade-off report's 1-point budget), it keeps the one with the highest layer speed-up (ties:
+the higher score); the full model itself is a candidate (``policy: none``), so when no early
+exit setting keeps the score within the budget, the default is no early exit (also when
+not even the full model does). It goes into
+export.json as ``default_setting``.
+
+The selection reads dev scores, as the trade-off report does today (METHODS.md wants a
+validation split carved from train; issue 14 moves the sweep there).
+
+When either file is missing, ``FALLBACK`` (``REGRESSION_FALLBACK`` for STS-B) is stored instead, with the reason; ``predict``
+uses it as is. Torch-free: ``predict`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BUDGET_POINTS = 1
+FALLBACK = {"policy": "entropy", "threshold": 0.3}  # the documented default without a sweep
+REGRESSION_FALLBACK = {"policy": "patience", "threshold": 2.0}  # STS-B: patience only
+# the threshold ``predict --policy P`` takes when none is given and the export's default is
+# for another policy
+POLICY_DEFAULTS = {"entropy": 0.3, "confidence": 0.9, "patience": 2.0}
+# A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
+_TOLERANCE = 1e-9
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def fallback(reason: str, regression: bool = False) -> dict:
+    chosen = REGRESSION_FALLBACK if regression else FALLBACK
+    return {**chosen, "source": "fallback", "reason": reason}
+
+
+def choose_default(curves_path: Path, reference_path: Path, regression: bool = False) -> dict:
+    """``{"policy", "threshold", "source", ...}`` for export.json (module docstring)."""
+    curves, reference = _read(curves_path), _read(reference_path)
+    if curves is None or not curves.get("points"):
+        return fallback(f"no sweep in {curves_path} (run `aclpipe evaluate` first)", regression)
+    if reference is None or "final_score" not in reference:
+        return fallback(
+            f"no ce reference in {reference_path} (train and evaluate ce first)", regression
+        )
+    floor = round(reference["final_score"] - BUDGET_POINTS / 100, 10)
+    full = curves.get("full_model", {})
+    candidates = [
+        {"policy": "none", "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
+        *curves["points"],
+    ]
+    admitted = [
+        p for p in candidates if p.get("score") is not None and p["score"] >= floor - _TOLERANCE
+    ]
+    if not admitted:  # not even the full model: exit early nowhere
+        return {
+            "policy": "none",
+            "threshold": None,
+            "source": "tradeoff",
+            "reason": f"no setting, nor the full model, scores within {BUDGET_POINTS} point of "
+            f"ce's {reference['final_score']:.4f} on {curves.get('split', 'dev')}",
+        }
+    best = max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+    return {
+        "policy": best["policy"],
+        "threshold": best["threshold"],
+        "source": "tradeoff",
+        "budget_points": BUDGET_POINTS,
+        "reference_score": reference["final_score"],
+        "score": best["score"],
+        "layer_speedup": best["layer_speedup"],
+        "split": curves.get("split", "dev"),
+    }
