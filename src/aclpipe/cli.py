@@ -328,6 +328,10 @@ def predict(
     max_length: Annotated[
         int, typer.Option("--max-length", help="Tokens per input after truncation.")
     ] = 128,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
+    ] = None,
 ) -> None:
     """Predict with early exit: one JSON line per input record (label, probability, exit
     layer), in input order; throughput and the mean exit layer on stderr at the end."""
@@ -335,10 +339,10 @@ def predict(
     from aclpipe.early_exit.inputs import read_lines
     from aclpipe.early_exit.predict import Predictor, write_jsonl
 
-    if batch_size < 1 or max_length < 2:
-        raise UserError("--batch-size must be >= 1 and --max-length >= 2")
+    if batch_size < 1 or max_length < 2 or (threads is not None and threads < 1):
+        raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
     fmt = pick_format(input, input_format)
-    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length)
+    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length, threads=threads)
     lines = read_lines(input)
     total = _count_records(input, fmt)
     rows = predictor.records(lines, fmt)

@@ -109,6 +109,7 @@ class Predictor:
         batch_size: int = 32,
         max_length: int = 128,
         task_labels: list[str] | None = None,
+        threads: int | None = None,  # intra-op threads of the engine (None: its default)
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise UserError(
@@ -131,7 +132,7 @@ class Predictor:
                 )
             from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
-            runtime = OnnxEarlyExit(model, self.policy, self.threshold)
+            runtime = OnnxEarlyExit(model, self.policy, self.threshold, threads=threads)
 
             def run(arrays: dict) -> tuple[np.ndarray, np.ndarray]:
                 result = runtime(**arrays)
@@ -151,7 +152,7 @@ class Predictor:
                 )
             from aclpipe.early_exit.torch_engine import TorchEngine
 
-            engine_ = TorchEngine(model_dir, self.policy, self.threshold)
+            engine_ = TorchEngine(model_dir, self.policy, self.threshold, threads)
             self.run, self.exits = engine_, engine_.exits
             self.num_labels, self.regression = engine_.num_labels, engine_.regression
             self.pad_id = engine_.pad_id

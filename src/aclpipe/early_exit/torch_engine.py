@@ -16,7 +16,11 @@ from aclpipe.modeling.model import load_multi_exit
 
 
 class TorchEngine:
-    def __init__(self, model_dir: Path, policy: str, threshold: float | None) -> None:
+    def __init__(
+        self, model_dir: Path, policy: str, threshold: float | None, threads: int | None = None
+    ) -> None:
+        if threads:
+            torch.set_num_threads(threads)  # process-wide: torch has no per-model setting
         self.model = load_multi_exit(model_dir).eval()
         self.num_labels = self.model.spec.num_labels
         self.exits = list(self.model.spec.exits)

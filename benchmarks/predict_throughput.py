@@ -1,0 +1,197 @@
+"""What a user of `aclpipe predict` gets: early exit on ONNX Runtime against the full model.
+
+Four contenders, side by side in one run, through the whole predict path
+(``aclpipe.early_exit.predict.Predictor.records``: tokenize, sort by length, pad, run the
+engine, build the output records in input order), on the SST-2 dev sentences:
+
+- ``full-torch``: the full model in PyTorch eager (``--engine torch --policy none``);
+- ``full-onnx``: the full model on ONNX Runtime (``--engine onnx --policy none``);
+- ``ee-torch``: the PyTorch early-exit runtime at the export's default setting (the 1-point
+  budget's pick of the trade-off sweep, ``export.json: default_setting``);
+- ``ee-onnx``: the ONNX Runtime early-exit runtime at the same setting.
+
+Each contender is loaded once (its start-up, imports aside, is timed and reported apart) and
+warmed up on 32 sentences; then ``--repeats`` rounds run the four round-robin, so each round's
+four runs see the same machine load, at batch 1 and at batch 32. A figure is the median over
+rounds of sentences/s of the whole path; a ratio is the median over rounds of that round's
+ratio. Both engines run on ``--threads`` intra-op threads (one by default: on a shared
+2-core machine a second thread waits on its busy sibling at every op, see threads.py).
+
+Targets (issue 13): the engine, ``ee-onnx`` >= 2x ``ee-torch`` at batch 1 and >= 1.5x at
+batch 32, and ``ee-onnx`` >= 0.9 of its layer speed-up over ``full-onnx``; the product,
+``ee-onnx`` >= 4x ``full-torch`` at batch 1 and >= 3x at batch 32.
+
+Usage (from the repository root, after `dvc repro`)::
+
+    python benchmarks/predict_throughput.py [--export models/sst2/acl-cl/export]
+        [--glue-dir ../shared/glue] [--examples 872] [--repeats 3] [--threads 1]
+        [--out benchmarks/results/predict_throughput.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from threads import add_threads_option, apply_threads  # noqa: E402
+
+from aclpipe.early_exit.predict import Predictor  # noqa: E402
+
+CONTENDERS = ("full-torch", "full-onnx", "ee-torch", "ee-onnx")
+TARGETS = {  # (numerator, denominator, batch size): at least
+    ("ee-onnx", "ee-torch", 1): 2.0,
+    ("ee-onnx", "ee-torch", 32): 1.5,
+    ("ee-onnx", "full-torch", 1): 4.0,
+    ("ee-onnx", "full-torch", 32): 3.0,
+}
+
+
+def sst2_dev(glue_dir: Path, limit: int) -> list[str]:
+    with open(glue_dir / "SST-2" / "dev.tsv", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [row[0] for row in rows[1:]][:limit]
+
+
+def load(export: Path, name: str, setting: dict, batch: int, threads: int) -> Predictor:
+    engine = name.split("-")[1]
+    if name.startswith("full"):
+        return Predictor(export, "none", None, engine, batch, threads=threads)
+    return Predictor(
+        export, setting["policy"], setting["threshold"], engine, batch, threads=threads
+    )
+
+
+def run_once(predictor: Predictor, lines: list[str]) -> tuple[float, list[dict]]:
+    started = time.perf_counter()
+    out = list(predictor.records(lines))
+    return time.perf_counter() - started, out
+
+
+def measure(args, lines: list[str], setting: dict, batch: int) -> dict:
+    predictors, startup = {}, {}
+    for name in CONTENDERS:
+        started = time.perf_counter()
+        predictors[name] = load(args.export, name, setting, batch, args.threads)
+        startup[name] = time.perf_counter() - started
+        run_once(predictors[name], lines[:32])  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    outputs: dict[str, list[dict]] = {}
+    for round_ in range(args.repeats):
+        order = CONTENDERS[round_ % 4 :] + CONTENDERS[: round_ % 4]  # who goes first rotates
+        for name in order:
+            took, outputs[name] = run_once(predictors[name], lines)
+            seconds[name].append(took)
+    rates = {n: len(lines) / statistics.median(s) for n, s in seconds.items()}
+
+    def ratio(a: str, b: str) -> float:  # median over rounds of the round's ratio
+        return statistics.median(sb / sa for sa, sb in zip(seconds[a], seconds[b]))
+
+    mean_layer = statistics.fmean(r["exit_layer"] for r in outputs["ee-onnx"])
+    num_layers = max(r["exit_layer"] for r in outputs["full-onnx"])
+    layer_speedup = num_layers / mean_layer
+    same_exit = sum(
+        a["exit_layer"] == b["exit_layer"] for a, b in zip(outputs["ee-onnx"], outputs["ee-torch"])
+    )
+    same_label = sum(
+        a["label"] == b["label"] for a, b in zip(outputs["ee-onnx"], outputs["ee-torch"])
+    )
+    return {
+        "batch_size": batch,
+        "sentences_per_second": {n: round(r, 1) for n, r in rates.items()},
+        "startup_seconds": {n: round(s, 3) for n, s in startup.items()},
+        "ratios": {
+            "ee-onnx/ee-torch": round(ratio("ee-onnx", "ee-torch"), 3),
+            "ee-onnx/full-torch": round(ratio("ee-onnx", "full-torch"), 3),
+            "ee-onnx/full-onnx": round(ratio("ee-onnx", "full-onnx"), 3),
+            "ee-torch/full-torch": round(ratio("ee-torch", "full-torch"), 3),
+            "full-onnx/full-torch": round(ratio("full-onnx", "full-torch"), 3),
+        },
+        "mean_exit_layer": round(mean_layer, 3),
+        "layer_speedup": round(layer_speedup, 3),
+        "ee-onnx_share_of_layer_speedup": round(ratio("ee-onnx", "full-onnx") / layer_speedup, 3),
+        "ee-onnx_vs_ee-torch_same_exit": same_exit / len(lines),
+        "ee-onnx_vs_ee-torch_same_label": same_label / len(lines),
+        "seconds": {n: [round(x, 4) for x in s] for n, s in seconds.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
+    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
+    parser.add_argument("--examples", type=int, default=872, help="SST-2 dev sentences")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per batch size")
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/results/predict_throughput.json")
+    )
+    add_threads_option(parser)
+    args = parser.parse_args()
+    args.threads = apply_threads(args.threads)
+    record = json.loads((args.export / "export.json").read_text(encoding="utf-8"))
+    setting = record.get("default_setting")
+    if not setting or setting["policy"] == "none":
+        sys.exit(f"{args.export} has no early-exit default setting: run `dvc repro` first")
+    lines = sst2_dev(args.glue_dir, args.examples)
+    if len(lines) < 200:
+        print(f"warning: {len(lines)} sentences are too few for a stable figure", file=sys.stderr)
+    results = [measure(args, lines, setting, batch) for batch in (1, 32)]
+    import onnxruntime
+    import torch
+    import transformers
+
+    checks = []
+    for (a, b, batch), target in TARGETS.items():
+        got = next(r for r in results if r["batch_size"] == batch)["ratios"][f"{a}/{b}"]
+        checks.append({"ratio": f"{a}/{b}", "batch_size": batch, "value": got, "target": target,
+                       "met": got >= target})  # fmt: skip
+    for r in results:
+        share = r["ee-onnx_share_of_layer_speedup"]
+        checks.append({"ratio": "ee-onnx/full-onnx over layer speed-up", "batch_size": r["batch_size"],
+                       "value": share, "target": 0.9, "met": share >= 0.9})  # fmt: skip
+    report = {
+        "benchmark": "predict_throughput",
+        "command": "python " + " ".join(sys.argv),
+        "date": datetime.date.today().isoformat(),
+        "setup": {
+            "export": str(args.export),
+            "sentences": len(lines),
+            "repeats": args.repeats,
+            "setting": setting,
+            "threads": args.threads,
+        },  # fmt: skip
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "transformers": transformers.__version__,
+            "machine": platform.machine(),
+        },  # fmt: skip
+        "results": results,
+        "targets": checks,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"setting {setting['policy']}@{setting['threshold']:g}, {len(lines)} SST-2 dev sentences, "
+          f"{args.threads} thread(s), median of {args.repeats} rounds")  # fmt: skip
+    for r in results:
+        rates = "  ".join(f"{n} {v:.1f}/s" for n, v in r["sentences_per_second"].items())
+        print(f"batch {r['batch_size']:>2}: {rates}")
+        print(f"          ratios {r['ratios']}; mean exit layer {r['mean_exit_layer']}, layer "
+              f"speed-up {r['layer_speedup']}x, ee-onnx share of it {r['ee-onnx_share_of_layer_speedup']}")  # fmt: skip
+    for c in checks:
+        print(f"target {c['ratio']} at batch {c['batch_size']}: {c['value']:.2f} vs {c['target']}"
+              f" -> {'met' if c['met'] else 'NOT met'}")  # fmt: skip
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
