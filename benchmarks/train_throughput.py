@@ -6,8 +6,8 @@ SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Five con
 - ``ours``: ``aclpipe.training.loop.finetune`` itself, method ``ce``, on a data folder written by
   ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest),
   rows in a plain shuffle (``train.group_by_length: false``).
-- ``ours-grouped``: the same with ``train.group_by_length: true`` (the project default): batches
-  of rows of similar length (``aclpipe.training.batch_order``).
+- ``ours-grouped``: the same with ``train.group_by_length: true``: batches of rows of similar
+  length (``aclpipe.training.batch_order``).
 - ``trainer-fixed``: ``transformers.Trainer`` with every example padded to 128 tokens by the
   tokenizer (``padding="max_length"``), the early-exit papers' run_glue default.
 - ``trainer-dynamic``: the same Trainer with ``DataCollatorWithPadding`` (pads per batch).
@@ -18,7 +18,7 @@ SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Five con
 ``--contenders`` runs a subset (the targets whose two sides ran are checked); trainer-fixed
 alone takes longer than the other four together.
 
-What is timed, the same window for all three: from the moment the loop starts taking batches
+What is timed, the same window for all of them: from the moment the loop starts taking batches
 to the end of its last optimiser step, so data loading, collation, forward, loss, backward,
 clipping, optimiser and scheduler steps and per-step logging are inside, and everything a
 training run does once (loading weights, optimiser and accelerate set-up, ours' dev evaluation
@@ -54,7 +54,7 @@ A ratio is the median over rounds of that round's ours/Trainer samples/s (absolu
 drift on a shared machine; side-by-side ratios do not). The Trainer's own
 ``train_samples_per_second`` is kept in the JSON as a cross-check of its window.
 
-All three run on one intra-op thread by default (``--threads``). On a shared 2-core machine,
+All of them run on one intra-op thread by default (``--threads``). On a shared 2-core machine,
 torch's default of one thread per core makes every op wait at a barrier for a thread the
 neighbours' jobs have descheduled: a step measured here took ~7x longer on two threads than
 on one, and what that measures is the neighbours, not the loop. ``--threads 0`` keeps
