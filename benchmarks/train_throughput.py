@@ -1,15 +1,24 @@
 """Training throughput of our loop against the Hugging Face Trainer, side by side in one run.
 
 Same model (MiniLM-L6, resolved offline), same data (a fixed, deterministic subset of real
-SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Three contenders:
+SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Five contenders:
 
 - ``ours``: ``aclpipe.training.loop.finetune`` itself, method ``ce``, on a data folder written by
-  ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest).
+  ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest),
+  rows in a plain shuffle (``train.group_by_length: false``).
+- ``ours-grouped``: the same with ``train.group_by_length: true``: batches of rows of similar
+  length (``aclpipe.training.batch_order``).
 - ``trainer-fixed``: ``transformers.Trainer`` with every example padded to 128 tokens by the
   tokenizer (``padding="max_length"``), the early-exit papers' run_glue default.
 - ``trainer-dynamic``: the same Trainer with ``DataCollatorWithPadding`` (pads per batch).
+- ``trainer-grouped``: the dynamic Trainer with its own length grouping,
+  ``TrainingArguments(train_sampling_strategy="group_by_length")`` (transformers 5's name for
+  the old ``group_by_length=True``; its ``LengthGroupedSampler`` draws its own shuffle).
 
-What is timed, the same window for all three: from the moment the loop starts taking batches
+``--contenders`` runs a subset (the targets whose two sides ran are checked); trainer-fixed
+alone takes longer than the other four together.
+
+What is timed, the same window for all of them: from the moment the loop starts taking batches
 to the end of its last optimiser step, so data loading, collation, forward, loss, backward,
 clipping, optimiser and scheduler steps and per-step logging are inside, and everything a
 training run does once (loading weights, optimiser and accelerate set-up, ours' dev evaluation
@@ -19,26 +28,33 @@ timestamps, so the benchmark passes ``finetune`` a subclass that records them, a
 around ``collate`` that records batch widths); for the Trainer from a callback
 (``on_train_begin`` to the last ``on_step_end``, the window of its own
 ``train_samples_per_second``). The whole call is timed too and reported beside it, from
-loading the weights to a trained model: ``finetune()`` for ours, which also evaluates
-``--eval-samples`` dev examples and saves the model twice (checkpoint and output);
+loading the weights to a trained model: ``finetune()`` for ours, less the time its dev
+evaluation took (the Trainer does none here), but with saving the model twice (checkpoint and
+output);
 ``from_pretrained`` + ``Trainer(...)`` + ``trainer.train()`` for the Trainer, which saves
 nothing.
 
-All three train on the same batches in the same order: the Trainer gets the examples in the
-order our loop's seeded shuffle (``aclpipe.training.loop.epoch_order``) takes them, and reads them
-sequentially. With dynamic padding a batch costs in proportion to its longest example, so two
+``ours``, ``trainer-fixed`` and ``trainer-dynamic`` train on the same batches in the same order:
+the Trainer gets the examples in the order our loop's seeded plain shuffle
+(``aclpipe.training.batch_order.epoch_order``) takes them, and reads them sequentially. With dynamic padding a batch costs in proportion to its longest example, so two
 different shuffles of ten batches differ by a few percent in padded tokens; with one seed
 for every round that luck would not average out, and at a 1.0x target it decides the
 verdict. The benchmark checks that ours and the dynamic Trainer padded every batch to the
 same width (``same_batches``).
 
-The runs go round-robin (ours, fixed, dynamic, ours, ...) for ``--repeats`` rounds after one
-untimed warm-up round on two batches, so each round's three runs see the same machine load.
+The runs go round-robin (ours, ours-grouped, fixed, dynamic, grouped, ours, ...) for
+``--repeats`` rounds after one untimed warm-up round on two batches, so each round's runs see
+the same machine load. Round ``r`` trains every contender with seed ``--seed + r - 1``: the
+ratios are medians over shuffles, not one shuffle's luck, and ours' dev scores (the last
+exit's on ``--eval-samples`` dev examples, after the epoch) differ by seed as much as seeds
+make them differ, which is the noise that grouping's dev score is compared against (the
+``dev_scores`` section: per seed, plain and grouped, and the binomial standard error of one
+score).
 A ratio is the median over rounds of that round's ours/Trainer samples/s (absolute figures
 drift on a shared machine; side-by-side ratios do not). The Trainer's own
 ``train_samples_per_second`` is kept in the JSON as a cross-check of its window.
 
-All three run on one intra-op thread by default (``--threads``). On a shared 2-core machine,
+All of them run on one intra-op thread by default (``--threads``). On a shared 2-core machine,
 torch's default of one thread per core makes every op wait at a barrier for a thread the
 neighbours' jobs have descheduled: a step measured here took ~7x longer on two threads than
 on one, and what that measures is the neighbours, not the loop. ``--threads 0`` keeps
@@ -50,6 +66,7 @@ moves much less.
 Usage (from the repository root)::
 
     python benchmarks/train_throughput.py [--samples 320] [--batch-size 32] [--repeats 3]
+        [--eval-samples 872] [--contenders ours,ours-grouped,...]
         [--out benchmarks/results/train_throughput.json]
 """
 
@@ -58,6 +75,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import platform
 import shutil
@@ -65,7 +83,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -97,11 +115,17 @@ from aclpipe.data.prepared import load_split, subsample  # noqa: E402
 from aclpipe.data.tasks import get_task  # noqa: E402
 from aclpipe.modeling.backbone import load_tokenizer, resolve_model  # noqa: E402
 from aclpipe.modeling.batching import collate  # noqa: E402
+from aclpipe.training.batch_order import epoch_order  # noqa: E402
 from aclpipe.training.progress import TrainProgress  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-CONTENDERS = ("ours", "trainer-fixed", "trainer-dynamic")
-TARGETS = {"trainer-fixed": 3.0, "trainer-dynamic": 1.0}  # ours / Trainer, at least (issue)
+CONTENDERS = ("ours", "ours-grouped", "trainer-fixed", "trainer-dynamic", "trainer-grouped")
+TARGETS = {  # (ours, Trainer): ours / Trainer samples/s, at least (issue 13)
+    ("ours", "trainer-fixed"): 3.0,
+    ("ours", "trainer-dynamic"): 1.0,
+    ("ours-grouped", "trainer-dynamic"): 1.5,
+    ("ours-grouped", "trainer-grouped"): 1.1,
+}
 
 
 @dataclass
@@ -116,6 +140,9 @@ class Run:
     loop_cpu_s: float  # CPU time of this process in the loop window (loop_cpu_s / loop_s:
     #                    the share of the cores it got, as a contention check)
     widths: list[int]  # padded width T of each batch [B, T], in order
+    seed: int  # train.seed / TrainingArguments.seed of this run
+    eval_s: float = 0.0  # ours: the dev evaluation after the epoch (inside call_s)
+    dev_score: float | None = None  # ours: last exit's dev accuracy after the epoch
     reported_samples_per_s: float | None = None  # the Trainer's train_samples_per_second
 
     @property
@@ -124,7 +151,8 @@ class Run:
 
     @property
     def call_samples_per_s(self) -> float:
-        return self.samples / self.call_s
+        """Whole call, less ours' dev evaluation (the Trainer runs none here)."""
+        return self.samples / (self.call_s - self.eval_s)
 
     @property
     def mean_batch_tokens(self) -> float:
@@ -146,11 +174,11 @@ class _Clock:
     """Timestamps and batch widths gathered during one run."""
 
     def __init__(self) -> None:
-        self.start = self.end = self.cpu_start = self.cpu_end = 0.0
+        self.start = self.end = self.cpu_start = self.cpu_end = self.evaluated = 0.0
         self.samples = self.steps = 0
         self.widths: list[int] = []
 
-    def run(self, contender: str, call_s: float) -> Run:
+    def run(self, contender: str, call_s: float, seed: int) -> Run:
         return Run(
             contender,
             self.samples,
@@ -159,6 +187,8 @@ class _Clock:
             call_s,
             self.cpu_end - self.cpu_start,
             self.widths,
+            seed,
+            eval_s=self.evaluated - self.end if self.evaluated else 0.0,
         )
 
     def begin(self) -> None:
@@ -185,6 +215,10 @@ class _TimedProgress(TrainProgress):
         super().step(log, samples, seconds)
         self.clock.samples += samples
         self.clock.tick()
+
+    def epoch_done(self, stage: int, epoch: int, exits: list[int], scores: list[float]) -> None:
+        self.clock.evaluated = time.perf_counter()  # the dev evaluation ran since the last step
+        super().epoch_done(stage, epoch, exits, scores)
 
 
 def _timed_collate(clock: _Clock):
@@ -231,27 +265,41 @@ def benchmark_params(args: argparse.Namespace) -> Params:
                 "max_eval_samples": args.eval_samples,
             },
             "model": {"name": DEFAULT_MODEL},
-            "train": {"epochs": 1, "batch_size": args.batch_size, "device": "cpu"},
+            "train": {
+                "epochs": 1,
+                "batch_size": args.batch_size,
+                "device": "cpu",
+                "seed": args.seed,
+            },
         }
     )
+
+
+def with_train(params: Params, **changes) -> Params:
+    """``params`` with ``train`` fields changed (seed, group_by_length)."""
+    return replace(params, train=replace(params.train, **changes))
 
 
 def warmup_params(params: Params) -> Params:
     """The same settings on two batches: enough to take every code path once."""
     return params_from_dict(
         {
-            "data": {**asdict(params.data), "max_train_samples": 2 * params.train.batch_size},
+            "data": {
+                **asdict(params.data),
+                "max_train_samples": 2 * params.train.batch_size,
+                "max_eval_samples": 32,
+            },
             "model": {"name": params.model.name},
             "train": {"epochs": 1, "batch_size": params.train.batch_size, "device": "cpu"},
         }
     )
 
 
-def run_ours(params: Params, data_dir: Path, work: Path) -> Run:
+def run_ours(contender: str, params: Params, data_dir: Path, work: Path) -> Run:
     task, clock, out_dir = get_task("sst2"), _Clock(), work / "ours-model"
     quiet = Console(file=io.StringIO())  # the loop still logs every log_every steps, unseen
     started = time.perf_counter()
-    train_loop.finetune(
+    result = train_loop.finetune(
         task,
         "ce",
         params,
@@ -263,14 +311,16 @@ def run_ours(params: Params, data_dir: Path, work: Path) -> Run:
     )
     call_s = time.perf_counter() - started
     shutil.rmtree(out_dir, ignore_errors=True)
-    return clock.run("ours", call_s)
+    run = clock.run(contender, call_s, params.train.seed)
+    run.dev_score = result["history"][-1]["dev_scores"][-1]
+    return run
 
 
 def our_order(n: int, seed: int) -> list[int]:
-    """The order ``finetune`` takes ``n`` rows in, in stage 1's one epoch (the loop's own
-    ``epoch_order``, a pure function of the seed). Were that order ever to group rows by
-    length, this should become a plain permutation: the Trainer under test shuffles."""
-    return train_loop.epoch_order(n, seed, 0, 0)
+    """The order ``finetune`` takes ``n`` rows in, in stage 1's one epoch, with
+    ``group_by_length: false`` (the loop's own ``epoch_order``, a plain seeded shuffle, which
+    depends on neither the lengths nor the batch size)."""
+    return epoch_order([0] * n, 1, seed, 0, 0, grouped=False)
 
 
 def trainer_rows(params: Params, padded: bool) -> list[dict]:
@@ -295,7 +345,9 @@ def trainer_rows(params: Params, padded: bool) -> list[dict]:
     return [rows[i] for i in our_order(len(rows), params.train.seed)]
 
 
-def run_trainer(contender: str, params: Params, rows: list[dict], collator, work: Path) -> Run:
+def run_trainer(
+    contender: str, params: Params, rows: list[dict], collator, work: Path, grouped: bool = False
+) -> Run:
     clock, t = _Clock(), params.train
     started = time.perf_counter()
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -318,8 +370,9 @@ def run_trainer(contender: str, params: Params, rows: list[dict], collator, work
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
-        train_sampling_strategy="sequential",
-    )  # rows come in our loop's shuffled order
+        # sequential: rows come in our loop's shuffled order; or the Trainer's own grouping
+        train_sampling_strategy="group_by_length" if grouped else "sequential",
+    )
     trainer = Trainer(
         model=model,
         args=args,
@@ -330,12 +383,12 @@ def run_trainer(contender: str, params: Params, rows: list[dict], collator, work
     trainer.remove_callback(PrinterCallback)  # no metrics dict printed at the end
     output = trainer.train()
     call_s = time.perf_counter() - started
-    run = clock.run(contender, call_s)
+    run = clock.run(contender, call_s, t.seed)
     run.reported_samples_per_s = output.metrics["train_samples_per_second"]
     return run
 
 
-def summarise(rounds: list[dict[str, Run]]) -> dict:
+def summarise(rounds: list[dict[str, Run]], contenders: tuple[str, ...], dev_examples: int) -> dict:
     def median(contender: str, attr: str) -> float:
         return statistics.median(getattr(r[contender], attr) for r in rounds)
 
@@ -347,23 +400,23 @@ def summarise(rounds: list[dict[str, Run]]) -> dict:
             "cpu_share": median(c, "cpu_share"),
             "mean_batch_tokens": median(c, "mean_batch_tokens"),
         }
-        for c in CONTENDERS
+        for c in contenders
     }
     ratios = {}
-    for other, target in TARGETS.items():
-        per_round = [r["ours"].samples_per_s / r[other].samples_per_s for r in rounds]
+    for (ours, other), target in TARGETS.items():
+        if ours not in contenders or other not in contenders:
+            continue
+        per_round = [r[ours].samples_per_s / r[other].samples_per_s for r in rounds]
         per_round_tokens = [
-            r["ours"].samples_per_s
-            * r["ours"].mean_batch_tokens
+            r[ours].samples_per_s
+            * r[ours].mean_batch_tokens
             / (r[other].samples_per_s * r[other].mean_batch_tokens)
             for r in rounds
         ]
-        per_round_cpu = [r["ours"].samples_per_cpu_s / r[other].samples_per_cpu_s for r in rounds]
-        per_round_call = [
-            r["ours"].call_samples_per_s / r[other].call_samples_per_s for r in rounds
-        ]
+        per_round_cpu = [r[ours].samples_per_cpu_s / r[other].samples_per_cpu_s for r in rounds]
+        per_round_call = [r[ours].call_samples_per_s / r[other].call_samples_per_s for r in rounds]
         ratio = statistics.median(per_round)
-        ratios[f"ours/{other}"] = {
+        ratios[f"{ours}/{other}"] = {
             "ratio": ratio,
             "target": target,
             "met": ratio >= target,
@@ -372,14 +425,44 @@ def summarise(rounds: list[dict[str, Run]]) -> dict:
             "whole_call_ratio": statistics.median(per_round_call),
             "cpu_time_ratio": statistics.median(per_round_cpu),
         }
-    same = all(r["ours"].widths == r["trainer-dynamic"].widths for r in rounds)
-    return {"figures": figures, "ratios": ratios, "same_batches": same}
+    same = None
+    if "ours" in contenders and "trainer-dynamic" in contenders:
+        same = all(r["ours"].widths == r["trainer-dynamic"].widths for r in rounds)
+    return {
+        "figures": figures,
+        "ratios": ratios,
+        "dev_scores": dev_scores(rounds, contenders, dev_examples),
+        "same_batches": same,
+    }
+
+
+def dev_scores(rounds: list[dict[str, Run]], contenders: tuple[str, ...], examples: int) -> dict:
+    """Ours' dev accuracy per seed, plain and grouped; the difference beside the noise: the
+    spread over seeds and the binomial standard error of one accuracy on the dev examples."""
+    ours = [c for c in ("ours", "ours-grouped") if c in contenders]
+    scores = {c: [r[c].dev_score for r in rounds] for c in ours}
+    record: dict = {
+        "seeds": [r[ours[0]].seed for r in rounds] if ours else [],
+        "per_seed": scores,
+        "mean": {c: statistics.fmean(s) for c, s in scores.items()},
+    }
+    for c, s in scores.items():
+        p = statistics.fmean(s)
+        record.setdefault("binomial_se", {})[c] = math.sqrt(p * (1 - p) / examples)
+        if len(s) > 1:
+            record.setdefault("stdev_over_seeds", {})[c] = statistics.stdev(s)
+    if len(ours) == 2:
+        record["mean_difference_grouped_minus_plain"] = statistics.fmean(
+            g - p for g, p in zip(scores["ours-grouped"], scores["ours"])
+        )
+    return record
 
 
 def print_table(summary: dict, args: argparse.Namespace) -> None:
     print(
         f"\nSST-2 train, {args.samples} examples, batch {args.batch_size}, 1 epoch, MiniLM-L6, "
-        f"CPU, {torch.get_num_threads()} thread(s); medians of {args.repeats} rounds"
+        f"CPU, {torch.get_num_threads()} thread(s); medians of {args.repeats} rounds "
+        f"(seeds {args.seed}..{args.seed + args.repeats - 1})"
     )
     header = ("contender", "samples/s", "per CPU-s", "whole call", "batch T", "cores")
     print(f"{header[0]:<17}" + "".join(f"{h:>11}" for h in header[1:]))
@@ -394,27 +477,47 @@ def print_table(summary: dict, args: argparse.Namespace) -> None:
         verdict = "met" if r["met"] else "NOT met"
         rounds = ", ".join(f"{x:.2f}" for x in r["per_round"])
         print(
-            f"{name:<21} {r['ratio']:.2f}x  target >= {r['target']:.1f}x: {verdict}  "
+            f"{name:<30} {r['ratio']:.2f}x  target >= {r['target']:.1f}x: {verdict}  "
             f"(rounds {rounds}; per CPU-s {r['cpu_time_ratio']:.2f}x; "
             f"whole call {r['whole_call_ratio']:.2f}x; padded tokens/s "
             f"{r['padded_tokens_ratio']:.2f}x)"
         )
-    print(
-        "ours and trainer-dynamic trained on the same batches: "
-        + ("yes" if summary["same_batches"] else "NO (compare padded tokens/s)")
-    )
+    dev = summary["dev_scores"]
+    for name, scores in dev["per_seed"].items():
+        shown = ", ".join(f"{100 * s:.1f}" for s in scores)
+        print(
+            f"dev accuracy {name:<13} {shown}  (mean {100 * dev['mean'][name]:.2f}; "
+            f"binomial s.e. {100 * dev['binomial_se'][name]:.2f})"
+        )
+    if "mean_difference_grouped_minus_plain" in dev:
+        print(f"grouped - plain: {100 * dev['mean_difference_grouped_minus_plain']:+.2f} points")
+    if summary["same_batches"] is not None:
+        print(
+            "ours and trainer-dynamic trained on the same batches: "
+            + ("yes" if summary["same_batches"] else "NO (compare padded tokens/s)")
+        )
 
 
-def _contenders(
-    params: Params, data_dir: Path, fixed: list[dict], dynamic: list[dict], tokenizer, work: Path
-) -> dict:
+def round_runs(params: Params, data_dir: Path, tokenizer, work: Path, seed: int) -> dict:
+    """Each contender's run at ``seed``, uncalled, in round-robin order."""
+    params = with_train(params, seed=seed)
+    fixed, dynamic = trainer_rows(params, padded=True), trainer_rows(params, padded=False)
+    ours_ids = [r["input_ids"] for r in load_split(data_dir, "train")]
+    ours_ids = [ours_ids[i] for i in our_order(len(ours_ids), seed)]
+    if ours_ids != [r["input_ids"] for r in dynamic]:
+        raise SystemExit("ours and the Trainer were given different token ids")
+    padding = DataCollatorWithPadding(tokenizer)
     return {
-        "ours": lambda: run_ours(params, data_dir, work),
+        "ours": lambda: run_ours("ours", with_train(params, group_by_length=False), data_dir, work),
+        "ours-grouped": lambda: run_ours(
+            "ours-grouped", with_train(params, group_by_length=True), data_dir, work
+        ),
         "trainer-fixed": lambda: run_trainer(
             "trainer-fixed", params, fixed, default_data_collator, work
         ),
-        "trainer-dynamic": lambda: run_trainer(
-            "trainer-dynamic", params, dynamic, DataCollatorWithPadding(tokenizer), work
+        "trainer-dynamic": lambda: run_trainer("trainer-dynamic", params, dynamic, padding, work),
+        "trainer-grouped": lambda: run_trainer(
+            "trainer-grouped", params, dynamic, padding, work, grouped=True
         ),
     }
 
@@ -426,20 +529,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
+    parser.add_argument("--seed", type=int, default=42, help="round r trains at seed + r - 1")
     parser.add_argument("--max-length", type=int, default=128, help="truncation / fixed padding")
-    add_threads_option(parser)  # for all three
+    add_threads_option(parser)  # for all of them
     parser.add_argument(
         "--eval-samples",
         type=int,
-        default=32,
-        help="dev examples ours evaluates after the epoch (outside the window)",
+        default=872,
+        help="dev examples ours is scored on after the epoch, outside the window (872: all)",
+    )
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated subset of {', '.join(CONTENDERS)}",
     )
     parser.add_argument("--glue-dir", type=Path, default=REPO.parent / "shared" / "glue")
     parser.add_argument(
         "--out", type=Path, default=REPO / "benchmarks" / "results" / "train_throughput.json"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.contenders = tuple(c.strip() for c in args.contenders.split(",") if c.strip())
+    unknown = [c for c in args.contenders if c not in CONTENDERS]
+    if unknown or not args.contenders:
+        parser.error(f"--contenders {unknown or 'empty'}: use names from {', '.join(CONTENDERS)}")
+    args.contenders = tuple(c for c in CONTENDERS if c in args.contenders)  # round-robin order
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,21 +567,21 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="aclpipe-bench-"))
     try:
         tokenizer = load_tokenizer(params.model.name)
-        contenders, meta = {}, {}
+        data, meta = {}, {}
         for label, p in (("warm-up", warm), ("timed", params)):
-            data_dir = work / f"sst2-{label}"
-            meta = prepare(get_task("sst2"), p.data, p.model.name, data_dir, Path(p.data.glue_dir))
-            fixed, dynamic = trainer_rows(p, padded=True), trainer_rows(p, padded=False)
-            ours_ids = [r["input_ids"] for r in load_split(data_dir, "train")]
-            ours_ids = [ours_ids[i] for i in our_order(len(ours_ids), p.train.seed)]
-            if ours_ids != [r["input_ids"] for r in dynamic]:
-                raise SystemExit("ours and the Trainer were given different token ids")
-            contenders[label] = _contenders(p, data_dir, fixed, dynamic, tokenizer, work)
+            data[label] = work / f"sst2-{label}"
+            meta = prepare(
+                get_task("sst2"), p.data, p.model.name, data[label], Path(p.data.glue_dir)
+            )
+        dev_examples = meta["splits"][get_task("sst2").dev_splits[0][0]]["examples"]
         rounds: list[dict[str, Run]] = []
         for index in range(args.repeats + 1):  # round 0 is the warm-up
-            runs = contenders["warm-up" if index == 0 else "timed"]
-            this_round = {name: run() for name, run in runs.items()}
-            label = "warm-up" if index == 0 else f"round {index}/{args.repeats}"
+            label = "warm-up" if index == 0 else "timed"
+            p = warm if index == 0 else params
+            seed = args.seed + max(index - 1, 0)
+            runs = round_runs(p, data[label], tokenizer, work, seed)
+            this_round = {name: runs[name]() for name in args.contenders}
+            label = "warm-up" if index == 0 else f"round {index}/{args.repeats} (seed {seed})"
             print(
                 label
                 + ": "
@@ -477,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                 rounds.append(this_round)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summary = summarise(rounds)
+    summary = summarise(rounds, args.contenders, dev_examples)
     print_table(summary, args)
     command = "python benchmarks/train_throughput.py " + " ".join(argv or sys.argv[1:])
     record = {
@@ -492,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
             "batch_size": args.batch_size,
             "max_length": args.max_length,
             "repeats": args.repeats,
-            "eval_samples": args.eval_samples,
+            "seeds": [args.seed + i for i in range(args.repeats)],
+            "eval_samples": dev_examples,
+            "contenders": list(args.contenders),
             "mean_tokens": meta["splits"]["train"]["mean_tokens"],
             "window": "first batch taken -> last optimiser step done",
         },
@@ -514,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_share": r[c].cpu_share,
                     "samples_per_cpu_s": r[c].samples_per_cpu_s,
                 }
-                for c in CONTENDERS
+                for c in args.contenders
             }
             for r in rounds
         ],

@@ -74,7 +74,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, make_project, tiny_model_dir_
     sections = {
         "pipeline": {"methods": list(METHODS)},
         "model": {"name": str(tiny_model_dir_no_dropout), "dropout": 0.0},
-        "train": {"epochs": 1, "save_every": 1},
+        # grouped by length: every process builds the same grouped global batch, sorted longest
+        # first, then takes its shard (48 rows at 8 make one-batch mega-batches, so this checks
+        # the sort and the sharding; tests/test_batch_order.py the grouping across batches; the
+        # plain shuffle is covered by the scale-out runs below)
+        "train": {"epochs": 1, "save_every": 1, "group_by_length": True},
     }
     two = make_project(tmp_path_factory.mktemp("two-processes"), **sections)
     one = make_project(tmp_path_factory.mktemp("one-process"), **sections)

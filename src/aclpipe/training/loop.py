@@ -36,6 +36,7 @@ from aclpipe.modeling.batching import collate
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.run_log import write_run_log
+from aclpipe.training.batch_order import epoch_order
 from aclpipe.training.checkpoint import (
     Position,
     TrainingState,
@@ -167,13 +168,6 @@ def backward(
     return log
 
 
-def epoch_order(n: int, seed: int, stage: int, epoch: int) -> list[int]:
-    """The shuffled order of the ``n`` training rows in one epoch: a pure function of the
-    seed, stage and epoch, so a resumed run sees the same batches."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + stage * 1_009 + epoch)
-    return torch.randperm(n, generator=generator).tolist()
-
-
 def global_batches(n: int, batch_size: int, processes: int) -> int:
     """Global batches per epoch (each process takes ``batch_size``); a last batch too small to
     give every process a sample is dropped."""
@@ -254,7 +248,9 @@ def finetune(
         progress.skip(global_step - sum(1 for r in step_log if r["stage"] < stage_index + 1))
         for epoch in range(at.epoch if resuming else 0, t.epochs):
             first = at.batch if resuming and epoch == at.epoch else 0
-            order = epoch_order(len(run.train_rows), t.seed, stage_index, epoch)
+            order = epoch_order(
+                run.train_lengths, global_size, t.seed, stage_index, epoch, t.group_by_length
+            )
             wrapped.train()
             for index in range(first, run.per_epoch):
                 started = time.perf_counter()
@@ -327,6 +323,7 @@ class _Run:
     model: MultiExitModel
     spec: ExitSpec
     train_rows: list[dict]
+    train_lengths: list[int]  # tokens per training row: what length grouping sorts by
     dev_rows: list[dict]
     dev_labels: Any  # the dev split's labels, as ``exit_scores`` takes them
     pad_id: int
@@ -376,6 +373,7 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
         model,
         spec,
         train_rows,
+        [len(row["input_ids"]) for row in train_rows],
         dev_rows,
         split_labels(dev_rows, task),
         encoder.config.pad_token_id or 0,
