@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
-from aclpipe.early_exit.export import ExitGraph
 from aclpipe.early_exit.policies import exit_indices
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
+from aclpipe.early_exit.segments import EmbeddingsGraph, SegmentGraph, torch_chain
 from aclpipe.errors import UserError
 from aclpipe.modeling import layerwise
 from aclpipe.modeling.layerwise import GUARD_TOLERANCE, check_layerwise, forward_to_exits
@@ -83,12 +83,13 @@ def test_layer_by_layer_equals_forward(family: str, pooling: str) -> None:
     got = torch.stack(model.exit_logits(every, **batch))  # [E, B, C]
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
     assert check_layerwise(model) <= ATOL
-    for k in every:  # the baseline, the exported module
+    for k in every:  # the baseline
         torch.testing.assert_close(full_forward(model, **batch, exit_index=k), expected[k],
                                    atol=ATOL, rtol=0)  # fmt: skip
-        graph = ExitGraph(model, k, "token_type_ids" in batch).eval()
-        with torch.no_grad():
-            torch.testing.assert_close(graph(**batch), expected[k], atol=ATOL, rtol=0)
+    embeddings = EmbeddingsGraph(model, "token_type_ids" in batch).eval()  # the exported modules
+    segments = [SegmentGraph(model, k).eval() for k in every]
+    chained = [logits for _, logits in torch_chain(embeddings, segments, batch)[1:]]
+    torch.testing.assert_close(torch.stack(chained), expected, atol=ATOL, rtol=0)
     for i, n in enumerate(LENGTHS):  # one row without its padding: the no-mask shortcut
         one = {name: t[i : i + 1, :n] for name, t in batch.items()}
         alone = torch.stack(model.exit_logits(every, **one))[:, 0]  # [E, C]
@@ -110,7 +111,7 @@ def test_runtime_equals_offline_policy(family: str) -> None:
 
 def test_guard_fires_on_a_wrong_layer_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """MPNet's layers run without their relative position bias: a one-line error naming the
-    encoder, when the runtime or an exit graph is built; nothing silent."""
+    encoder, when the runtime or an export segment is built; nothing silent."""
     model, _ = build("mpnet", "mean")
     with torch.no_grad():  # a bias table away from its near-zero initialisation (std 0.02)
         model.encoder.encoder.relative_attention_bias.weight.normal_(std=0.5)
@@ -120,7 +121,7 @@ def test_guard_fires_on_a_wrong_layer_run(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(layerwise.MPNetRunner, "inputs", no_position_bias)
     for build_one in (lambda: EarlyExitRuntime(model, "entropy", 0.5),
-                      lambda: ExitGraph(model, 0, False)):  # fmt: skip
+                      lambda: SegmentGraph(model, 0)):  # fmt: skip
         with pytest.raises(UserError, match=r"does not reproduce MPNetModel's forward") as err:
             build_one()
         assert "\n" not in str(err.value) and "max diff" in str(err.value)
