@@ -1,4 +1,4 @@
-"""Early exit: measured speed-up over layer speed-up, and ONNX Runtime against PyTorch per exit.
+"""Early exit in PyTorch: measured speed-up over layer speed-up.
 
 A trained multi-exit model (``aclpipe finetune``) on its task's dev split (``aclpipe prepare``).
 
@@ -20,30 +20,24 @@ A trained multi-exit model (``aclpipe finetune``) on its task's dev split (``acl
    the wall-clock ratio the process CPU-time ratio is printed: with one thread (the default
    here, ``--threads``) it is the steadier one when other jobs share the cores.
 
-2. ONNX. Per exit k, batch 1: onnxruntime (CPU provider, default threads, and again with
-   PyTorch's thread count; thread spinning off, as the runs are interleaved) running ``exit_<k>.onnx`` against PyTorch running the same exit's
-   ``ExitGraph`` (eval, inference mode), interleaved per example; per example the median of the repeats, then the median over
-   the examples. The graphs come from ``--onnx-dir`` (default ``<model>/export``, written by
-   ``aclpipe export``); failing that they are exported into a temporary folder.
+ONNX Runtime, and the whole predict path, are ``benchmarks/predict_throughput.py``'s.
 
 Absolute times drift on a shared machine; the ratios, measured side by side, are the figures.
 
     python benchmarks/early_exit_speed.py [--model models/sst2/acl-cl] [--data data/sst2]
-        [--examples 200] [--examples-batched 320] [--repeats 3] [--threads 1] [--skip-onnx]
+        [--examples 200] [--examples-batched 320] [--repeats 3] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import json
 import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -238,111 +232,6 @@ def oracle_call(model: MultiExitModel, batches: list[dict], chosen: np.ndarray) 
     return lambda **b: full_forward(model, **b, exit_index=exit_of[id(b["input_ids"])])
 
 
-# --- ONNX ------------------------------------------------------------------------------------
-
-
-def onnx_paths(args, model: MultiExitModel, rows: list[dict], pad_id: int, tmp: Path):
-    """``{layer: exit_<layer>.onnx}`` and a note on where they came from."""
-    folder = args.onnx_dir or args.model / "export"
-    found = {k: folder / f"exit_{k}.onnx" for k in model.spec.exits}
-    if all(p.exists() for p in found.values()):
-        return found, f"graphs from {folder}"
-    from aclpipe.early_exit.export import ExitGraph, export_exit, parity_batches
-
-    names = input_names(model, rows)
-    example = parity_batches(rows, pad_id, names)[0]  # several rows: no axis fixed to 1
-    started = time.perf_counter()
-    paths = {}
-    for index, layer in enumerate(model.spec.exits):
-        graph = ExitGraph(model, index, "token_type_ids" in names).eval()
-        paths[layer] = tmp / f"exit_{layer}.onnx"
-        export_exit(graph, example, paths[layer], None, layer, model.encoder.config.model_type)
-        print(f"  exported exit {layer} ({time.perf_counter() - started:.0f}s)", flush=True)
-    return paths, f"no graphs in {folder}: exported into a temporary folder (dynamo=True)"
-
-
-def input_names(model: MultiExitModel, rows: list[dict]) -> list[str]:
-    accepted = inspect.signature(model.encoder.embeddings.forward).parameters
-    names = ["input_ids", "attention_mask"]
-    if "token_type_ids" in rows[0] and "token_type_ids" in accepted:
-        names.append("token_type_ids")
-    return names
-
-
-def onnx_section(model, paths: dict[int, Path], rows: list[dict], pad_id: int, repeats: int):
-    """Per exit, batch 1: median over ``rows`` of each runner's latency (per row, the median of
-    ``repeats`` calls; runners interleaved in a rotating order). Runners: onnxruntime with its
-    default threads, onnxruntime with PyTorch's thread count, and PyTorch's ``ExitGraph``."""
-    import onnxruntime as ort
-
-    from aclpipe.early_exit.export import ExitGraph
-
-    def session(path: Path, threads: int | None):
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        # Idle workers would spin for the next run and take the core the interleaved PyTorch
-        # call needs (measured here: PyTorch 2-4x slower beside a spinning 2-thread session).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-    threads = torch.get_num_threads()
-    runners: dict[int, dict[str, Callable]] = {}  # exit -> runner name -> (feed) -> [1, C]
-    for index, (k, path) in enumerate(paths.items()):
-        default, same = session(path, None), session(path, threads)
-        names = [i.name for i in default.get_inputs()]
-        graph = ExitGraph(model, index, "token_type_ids" in names).eval()
-        runners[k] = {
-            "onnxruntime": lambda feed, s=default: s.run(None, feed["numpy"])[0],
-            f"onnxruntime_{threads}t": lambda feed, s=same: s.run(None, feed["numpy"])[0],
-            "torch": lambda feed, g=graph: g(**feed["torch"]).numpy(),
-        }
-    feeds = []
-    for row in rows:
-        batch = collate([row], pad_id, regression=False)
-        if "token_type_ids" not in batch:
-            batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
-        tensors = {n: batch[n] for n in names}  # [1, T] int64 each
-        feeds.append({"torch": tensors, "numpy": {n: t.numpy() for n, t in tensors.items()}})
-    seconds = {k: {name: [] for name in runners[k]} for k in runners}  # per row
-    gaps = dict.fromkeys(runners, 0.0)
-    with torch.inference_mode():
-        for k in runners:  # warm-up
-            for run in runners[k].values():
-                for _ in range(3):
-                    run(feeds[0])
-        for j, feed in enumerate(feeds):
-            for k, by_name in runners.items():
-                names_k = list(by_name)
-                spent: dict[str, list[float]] = {name: [] for name in names_k}
-                outputs = {}
-                for r in range(repeats):
-                    shift = (j + r) % len(names_k)
-                    for name in names_k[shift:] + names_k[:shift]:
-                        started = time.perf_counter()
-                        outputs[name] = by_name[name](feed)
-                        spent[name].append(time.perf_counter() - started)
-                for name in names_k:
-                    seconds[k][name].append(statistics.median(spent[name]))
-                gap = np.abs(outputs["onnxruntime"] - outputs["torch"]).max()
-                gaps[k] = max(gaps[k], float(gap))
-    results = []
-    for k, by_name in seconds.items():
-        ms = {name: 1000 * statistics.median(values) for name, values in by_name.items()}
-        results.append(
-            {
-                "exit": k,
-                **{f"{name}_ms": round(value, 3) for name, value in ms.items()},
-                "onnxruntime_over_torch": round(ms["onnxruntime"] / ms["torch"], 3),
-                f"onnxruntime_{threads}t_over_torch": round(
-                    ms[f"onnxruntime_{threads}t"] / ms["torch"], 3
-                ),
-                "max_abs_diff": gaps[k],
-            }
-        )
-    return results
-
-
 # --- report ----------------------------------------------------------------------------------
 
 
@@ -404,23 +293,6 @@ def summary(speed: list[dict]) -> dict:
     return out
 
 
-def print_onnx(onnx: list[dict], note: str) -> None:
-    print(f"\nONNX, batch 1, {note}")
-    if not onnx:
-        return
-    threads = torch.get_num_threads()
-    print(
-        f"{'exit':>4} {'ort ms':>8} {f'ort {threads}t ms':>10} {'torch ms':>9} "
-        f"{'ort/torch':>9} {f'ort {threads}t/torch':>13} {'max diff':>9}"
-    )
-    for r in onnx:
-        print(
-            f"{r['exit']:>4} {r['onnxruntime_ms']:>8.2f} {r[f'onnxruntime_{threads}t_ms']:>10.2f} "
-            f"{r['torch_ms']:>9.2f} {r['onnxruntime_over_torch']:>9.2f} "
-            f"{r[f'onnxruntime_{threads}t_over_torch']:>13.2f} {r['max_abs_diff']:>9.1e}"
-        )
-
-
 def versions(*packages: str) -> dict[str, str]:
     from importlib import metadata
 
@@ -439,7 +311,7 @@ def versions(*packages: str) -> dict[str, str]:
 def load_dev_logits(args, rows: int, exits: list[int]) -> np.ndarray | None:
     """All-exit dev logits ``[E, N, C]`` from ``aclpipe export``'s dev_logits.npz, if it is there
     and matches this model and split."""
-    path = (args.onnx_dir or args.model / "export") / "dev_logits.npz"
+    path = args.model / "export" / "dev_logits.npz"
     if not path.exists():
         return None
     with np.load(path) as saved:
@@ -458,10 +330,7 @@ def main() -> None:
         default=256,
         help="dev examples at batch 32 (872: all of SST-2 dev, ~3x longer)",
     )
-    parser.add_argument("--onnx-examples", type=int, default=50, help="dev examples, ONNX part")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--onnx-dir", type=Path, default=None, help="default <model>/export")
-    parser.add_argument("--skip-onnx", action="store_true")
     add_threads_option(parser)
     parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/early_exit_speed.json")
@@ -494,16 +363,6 @@ def main() -> None:
     print_speed(speed)
     print(f"({time.perf_counter() - started:.0f}s)", flush=True)
 
-    onnx, onnx_note = [], "skipped (--skip-onnx)"
-    if not args.skip_onnx:
-        with tempfile.TemporaryDirectory(prefix="ee_onnx_") as tmp:
-            try:
-                paths, onnx_note = onnx_paths(args, model, rows, pad_id, Path(tmp))
-                onnx = onnx_section(model, paths, rows[: args.onnx_examples], pad_id, args.repeats)
-            except Exception as err:  # any exporter or onnxruntime failure: the figures above stand
-                onnx_note = f"skipped: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-        print_onnx(onnx, onnx_note)
-
     record = {
         "benchmark": "early_exit_speed",
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
@@ -516,7 +375,6 @@ def main() -> None:
             "exits": exits,
             "pooling": model.spec.pooling,
             "examples": {str(s): len(r) for s, r in rows_by_size.items()},
-            "onnx_examples": min(args.onnx_examples, len(rows)),
             "repeats": args.repeats,
             "batching": "dev order, right-padded to each batch's longest",
             "targets": {f"batch{s}": t for s, t in TARGET_RATIO.items()},
@@ -530,8 +388,6 @@ def main() -> None:
         },
         "summary": summary(speed),
         "early_exit": speed,
-        "onnx_note": onnx_note,
-        "onnx": onnx,
         "seconds": round(time.perf_counter() - started, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
