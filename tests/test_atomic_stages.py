@@ -59,14 +59,24 @@ def die_while_writing(name: str) -> None:
 
 
 def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stand-ins for the ONNX exporter, onnxruntime's parity run and the opset reader."""
+    """Stand-ins for the ONNX segment export with its onnxruntime parity run, and the opset
+    reader: stub graph files, what ``write_segments`` records."""
     import aclpipe.early_exit.export as export
 
-    def export_exit(graph, example, path, opset, layer, model_type) -> None:
-        path.write_bytes(f"stub graph of exit {layer}, {time.time_ns()}".encode())
+    def write_segments(model, names, batches, folder, what, opset=None) -> dict:
+        stub = lambda name: (folder / name).write_bytes(f"stub {name} {time.time_ns()}".encode())  # noqa: E731
+        stub("embeddings.onnx")
+        segments, start = [], 0
+        for layer in model.spec.exits:
+            stub(f"segment_{layer}.onnx")
+            segments.append({"file": f"segment_{layer}.onnx", "layers": [start + 1, layer],
+                             "exit": layer, "max_abs_diff_states": 0.0,
+                             "max_abs_diff_logits": 0.0, "chain_max_abs_diff_logits": 0.0})  # fmt: skip
+            start = layer
+        embeddings = {"file": "embeddings.onnx", "inputs": names, "max_abs_diff_states": 0.0}
+        return {"embeddings": embeddings, "segments": segments, "states": "last", "tolerance": 1e-4}
 
-    monkeypatch.setattr(export, "export_exit", export_exit)
-    monkeypatch.setattr(export, "onnx_max_diff", lambda *args: 0.0)
+    monkeypatch.setattr(export, "write_segments", write_segments)
     monkeypatch.setattr(export, "graph_opset", lambda path: 18)
 
 
