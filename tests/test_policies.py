@@ -96,3 +96,19 @@ def test_threshold_ranges_and_grids() -> None:
         and default_grid("confidence", 2, 6, 6)[-1] == 1.0
     )
     assert default_grid("patience", 2, 6) == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 4, 5])
+def test_step_keeps_the_newest_t_plus_one_exits(t: int) -> None:
+    """The runtimes' window: after exit j a sample holds its last min(j, t + 1) exits' logits,
+    newest last, and leaves exactly when the offline policy says so on its whole history."""
+    from aclpipe.early_exit.policies import leaves, step, window_size
+
+    size = window_size("patience", t)
+    assert size == t + 1 and window_size("entropy", 0.3) == window_size("confidence", 0.9) == 1
+    history = [[float(j % 2), 0.5] for j in range(3)] + [[0.0, 1.0]] * 8  # argmax 0,1,0,1,1,...
+    windows: list = [[]]
+    for j, row in enumerate(history, start=1):
+        windows, decided = step("patience", t, windows, [row], size, False, 0.1)
+        assert windows[0] == history[max(0, j - size) : j]
+        assert decided == [leaves("patience", t, history[:j], False, 0.1)]

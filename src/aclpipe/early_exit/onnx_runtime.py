@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aclpipe.early_exit.policies import check_policy, check_threshold, leaves
+from aclpipe.early_exit.policies import check_policy, check_threshold, step, window_size
 from aclpipe.errors import UserError
 from aclpipe.layout import EXPORT_JSON
 
@@ -100,7 +100,7 @@ class OnnxEarlyExit:
         self.inputs = [i.name for i in self.embeddings.get_inputs()]  # what h_0 reads
         self.exit_layers = np.array(self.exits, dtype=np.int64)
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
-        self.window = int(threshold) + 1 if policy == "patience" else 1
+        self.window = window_size(policy, threshold)
 
     def __call__(
         self,
@@ -126,11 +126,8 @@ class OnnxEarlyExit:
             if k < last_exit:
                 if self.policy == "none":
                     continue
-                window = self.window
-                seen = [(w + [row])[-window:] for w, row in zip(seen, logits.tolist())]
-                decided = [
-                    leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
-                ]
+                seen, decided = step(self.policy, self.threshold, seen, logits.tolist(),
+                                     self.window, self.regression, self.eps)  # fmt: skip
                 leaving = sum(decided)
                 if leaving == 0:
                     continue

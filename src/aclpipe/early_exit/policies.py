@@ -86,6 +86,31 @@ def leaves(
     return entropy < threshold
 
 
+def window_size(policy: str, threshold: float) -> int:
+    """How many of a sample's newest exits the policy reads: ``t + 1`` for patience ``t``, else
+    one."""
+    return int(threshold) + 1 if policy == "patience" else 1
+
+
+def step(
+    policy: str,
+    threshold: float,
+    windows: list[list[list[float]]],
+    rows: list[list[float]],
+    size: int,
+    regression: bool,
+    eps: float,
+) -> tuple[list[list[list[float]]], list[bool]]:
+    """One exit of a runtime, for the samples still running: each sample's window with its
+    newest logits (``rows``, one list of ``C`` floats per sample) appended and only the newest
+    ``size`` kept, and whether it leaves there. Both engines (PyTorch and ONNX Runtime) call it.
+
+    ``(w + [row])[-size:]``, not ``w[len(w) + 1 - size:] + [row]``: early on that start index
+    is negative and counts from the end, so patience ``t >= 3`` never saw ``t + 1`` exits."""
+    windows = [(w + [row])[-size:] for w, row in zip(windows, rows)]
+    return windows, [leaves(policy, threshold, w, regression, eps) for w in windows]
+
+
 def check_policy(policy: str, regression: bool) -> None:
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")

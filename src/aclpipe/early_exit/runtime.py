@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aclpipe.early_exit.policies import check_policy, check_threshold, leaves
+from aclpipe.early_exit.policies import check_policy, check_threshold, step, window_size
 from aclpipe.modeling.layerwise import check_layerwise
 from aclpipe.modeling.model import MultiExitModel
 
@@ -50,7 +50,7 @@ class EarlyExitRuntime:
         self.exit_layers = torch.tensor(model.spec.exits)
         self.heads = [head.logits for head in model.heads]
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
-        self.window = int(threshold) + 1 if policy == "patience" else 1
+        self.window = window_size(policy, threshold)
 
     @torch.inference_mode()
     def __call__(self, input_ids, attention_mask, token_type_ids=None) -> EarlyExitResult:
@@ -74,12 +74,8 @@ class EarlyExitRuntime:
             k = self.exit_at[depth]
             logits = self.heads[k](kept, pool_mask).float()  # [b, C]
             if k < last_exit:  # one tolist() and plain Python: see aclpipe.early_exit.policies
-                window = self.window  # keep the newest `window`; a start index computed
-                # from len(w) goes negative early on and then counts from the end (t >= 3)
-                seen = [(w + [row])[-window:] for w, row in zip(seen, logits.tolist())]
-                decided = [
-                    leaves(self.policy, self.threshold, w, self.regression, self.eps) for w in seen
-                ]
+                seen, decided = step(self.policy, self.threshold, seen, logits.tolist(),
+                                     self.window, self.regression, self.eps)  # fmt: skip
                 leaving = sum(decided)
                 if leaving == 0:
                     continue
