@@ -240,3 +240,15 @@ def test_input_formats_and_their_errors() -> None:
         list(records(["id\tlabel\tscore\n", "1\t2\t3\n"], "tsv"))
     with pytest.raises(UserError, match="input line 3 has 3 tab-separated fields"):
         list(records(["sentence\tlabel\n", "a\t1\n", "a\tb\t1\n"], "tsv"))
+
+
+def test_summary_of_an_empty_input_says_so(tmp_path) -> None:
+    """No records in: the final line says so, with no nan throughput or layer."""
+    from aclpipe.early_exit.predict import Predictor
+
+    predictor = Predictor.__new__(Predictor)  # the summary reads only these fields
+    predictor.count, predictor.seconds, predictor.layers, predictor.exits = 0, 0.0, [], [1, 2]
+    predictor.engine_name, predictor.policy, predictor.threshold = "onnx", "entropy", 0.3
+    predictor.setting_source = "given"
+    line = predictor.summary()
+    assert line.startswith("0 sentences: the input held no records") and "nan" not in line

@@ -222,9 +222,11 @@ class Predictor:
 
     def summary(self) -> str:
         """The final stderr line: throughput and mean exit layer."""
-        rate = self.count / self.seconds if self.seconds > 0 else float("nan")
-        mean = sum(self.layers) / len(self.layers) if self.layers else float("nan")
         setting = self.policy if self.policy == "none" else f"{self.policy} {self.threshold:g}"
+        if not self.count:
+            return f"0 sentences: the input held no records; engine {self.engine_name}, policy {setting}"
+        rate = self.count / self.seconds if self.seconds > 0 else float("nan")
+        mean = sum(self.layers) / len(self.layers)
         return (
             f"{self.count} sentences, {rate:.1f} sentences/s (model time {self.seconds:.2f} s), "
             f"mean exit layer {mean:.2f} of {self.exits[-1]}; engine {self.engine_name}, "
