@@ -91,16 +91,6 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
         raise _unreachable(name, err) from err
 
 
-def load_encoder_config(name: str, trust_remote_code: bool = False):
-    from transformers import AutoConfig
-
-    resolved = resolve_model(name)
-    try:
-        return AutoConfig.from_pretrained(resolved, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as err:
-        raise _unreachable(name, err) from err
-
-
 def load_encoder(name: str, trust_remote_code: bool = False):
     """The pretrained encoder (AutoModel), with its weights."""
     from transformers import AutoModel
