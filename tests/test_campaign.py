@@ -258,7 +258,7 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     assert record["environment"]["device"] == "cpu"  # the tiny params set train.device cpu
     assert record["environment"]["torch"] == torch.__version__
     assert {p.name for p in run_dir.iterdir()} == {
-        "metrics.json", "curves.json", "curves.csv", "dvclive", "run.json"
+        "metrics.json", "curves.json", "curves.csv", "dvclive", "run.json", "predictions.npz"
     }  # fmt: skip
     assert not (tmp_path / "campaign/models/sst2/acl-nograd-s2").exists()  # weights dropped
     result = runner.invoke(app, ["campaign", "report", *flag])
@@ -317,6 +317,6 @@ def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
         run_pending(campaign, 2, Console(file=io.StringIO()))
     # a failing run leaves its traceback in its log (here: no prepared data)
     with pytest.raises(UserError):
-        _run_logged(str(path), "sst2", "joint", 2, 1)
+        _run_logged(str(path), "run", "sst2", "joint", 2, 1)
     log = (path.parent / "models/sst2/joint-s2.log").read_text()
     assert "Traceback" in log and "UserError" in log

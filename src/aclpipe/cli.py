@@ -529,6 +529,50 @@ def campaign_run_pending(
         )
 
 
+@campaign_app.command("tune")
+@user_errors
+def campaign_tune(
+    task: RunTasksOpt = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="One configuration of the grid (default: all).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", help="Configurations at a time.")
+    ] = 1,
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    reports: Annotated[
+        Path, typer.Option("--reports", help="Where <task>/tuning.md goes.")
+    ] = REPORTS,
+) -> None:
+    """Choose the base recipe: train campaign.tune.method with every configuration of
+    campaign.tune.grid not yet run, score them on the validation split, and write
+    reports/<task>/tuning.md with the pick (the best validation score; dev is not used)."""
+    from aclpipe.study.campaign import load_campaign, tune_one
+    from aclpipe.study.campaign_runner import TUNE, commit_command, run_pending
+    from aclpipe.study.tuning import write_tuning
+
+    spec = load_campaign(campaign)
+    task_list = parse_list(task, "--task")
+    if config is not None:
+        if len(task_list or []) != 1 or seed is None:
+            raise UserError("--config needs one --task and a --seed")
+        console.print(f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False)
+        failed: list[str] = []
+    else:
+        done, failed = run_pending(spec, workers, console, task_list, kind=TUNE)
+        if done:
+            console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
+    for name, summary in write_tuning(spec, reports).items():
+        pick = summary["pick"] or "none yet"
+        console.print(f"{name}: pick {pick}; wrote {reports / name / 'tuning.md'}", highlight=False)
+    if failed:
+        raise UserError(
+            f"{len(failed)} configurations failed (first: {failed[0]}); see "
+            "campaign/models/<task>/tune-<config>-s<seed>.log, fix, and run again"
+        )
+
+
 @campaign_app.command("report")
 @user_errors
 def campaign_report(
@@ -542,7 +586,11 @@ def campaign_report(
     from aclpipe.study.campaign import load_campaign
     from aclpipe.study.campaign_report import write_reports
 
+    from aclpipe.study.tuning import write_tuning
+
     spec = load_campaign(campaign)
+    for name in write_tuning(spec, reports):
+        console.print(f"wrote {reports / name / 'tuning.md'}", highlight=False)
     summaries = write_reports(spec, reports)
     if not summaries:
         raise UserError(

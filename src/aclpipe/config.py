@@ -44,7 +44,10 @@ class DataConfig:
     max_length: int = 128  # tokens per example after truncation (pairs truncated longest-first)
     max_train_samples: int | None = None  # deterministic subsample of train (None: all)
     max_eval_samples: int | None = None  # deterministic subsample of each dev split (None: all)
-    seed: int = 42  # seed of the subsampling
+    seed: int = 42  # seed of the subsampling and of the validation split
+    # share of train held out as the validation split (stratified by label, fixed by seed),
+    # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
+    validation_fraction: float = 0.0
 
 
 @dataclass
@@ -187,6 +190,10 @@ def _check_range(key: str, value: Any) -> None:
         raise UserError(f"{key} must be >= 0, got {value!r}: fix it in params.yaml or --set")
     if pattern in _UNIT and not 0 <= value <= 1:
         raise UserError(f"{key} must be in [0, 1], got {value!r}: fix it in params.yaml or --set")
+    if key == "data.validation_fraction" and not 0 <= value < 1:
+        raise UserError(
+            f"{key} must be in [0, 1) (a share of train; 0 = no validation split), got {value!r}"
+        )
     if key == "evaluate.grid_points" and value < 2:
         raise UserError(f"{key} must be >= 2 (a grid has two ends), got {value!r}")
     if pattern == "methods.*.max_angle" and not 0 <= value <= 180:

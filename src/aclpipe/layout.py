@@ -4,16 +4,17 @@ The CLI, the stages, the campaign and the tests ask this module for paths instea
 spelling them, so they cannot drift apart. A ``Layout`` is rooted where the stages run (the
 repository root for the default pipeline, ``campaign/`` for the seeds campaign)::
 
-    data/<task>/{train,<dev splits>}.jsonl, meta.json          prepare
+    data/<task>/{train,validation,<dev splits>}.jsonl, meta.json  prepare
     models/<task>/<method>/                                    finetune (weights, config, tokenizer, dvclive/)
     models/<task>/.<method>.checkpoint/                        finetune, while it runs
     models/<task>/<method>/export/                             export-exits
-    reports/<task>/<method>/{metrics.json,curves.json,.csv}    evaluate
+    reports/<task>/<method>/{metrics,curves}.json, curves.csv, predictions.npz   evaluate
     reports/<task>/{tradeoff.md,...}                           tradeoff
     reports/<task>/angles/                                     angles
     reports/stsb/sts_embeddings.json                           sts-eval
     reports/{README.md,<task>/results.{md,json}}               campaign report
     runs/<task>/<run>-s<seed>/                                 campaign run
+    tune/<task>/<config>-s<seed>/                              campaign tune
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 # prepare
 META = "meta.json"
+VALIDATION = "validation"  # the split held out of train for selection (data.validation_fraction)
 
 # finetune: the trained model's folder
 WEIGHTS = "model.safetensors"
@@ -40,6 +42,7 @@ EXPORT_TOKENIZER = "tokenizer.json"  # the fast tokenizer file, beside export.js
 
 # evaluate
 METRICS = "metrics.json"
+PREDICTIONS = "predictions.npz"  # every exit's logits on every scored split, per example
 CURVES_JSON = "curves.json"
 CURVES_CSV = "curves.csv"
 
@@ -93,6 +96,16 @@ class Layout:
 
     def run_log(self, task: str, run: str, seed: int) -> Path:
         return self.root / "models" / task / f"{run}-s{seed}.log"
+
+    def tune_runs(self, task: str) -> Path:
+        return self.root / "tune" / task
+
+    def tune_run(self, task: str, config: str, seed: int) -> Path:
+        """A configuration of the base-recipe grid (``aclpipe campaign tune``)."""
+        return self.tune_runs(task) / f"{config}-s{seed}"
+
+    def tune_scratch(self, task: str, config: str, seed: int) -> Path:
+        return self.model(task, f"tune-{config}-s{seed}")
 
 
 def checkpoint_dir(model_dir: Path) -> Path:

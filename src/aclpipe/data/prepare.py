@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from aclpipe.config import DataConfig
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task
-from aclpipe.layout import META
+from aclpipe.layout import META, VALIDATION
 from aclpipe.modeling.backbone import load_tokenizer
 
 
@@ -31,6 +32,36 @@ def resolve_glue_dir(data: DataConfig, cli_glue_dir: Path | None) -> Path | None
 
 def split_names(task: Task) -> list[str]:
     return ["train"] + [name for name, _, _ in task.dev_splits]
+
+
+def carve_validation(
+    task: Task, examples: list[Example], fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """``(train, validation)``: ``fraction`` of each label's examples held out, drawn by
+    ``seed``; both keep the original order. Regression scores are stratified by quintile.
+
+    Stratifying keeps the validation split's label shares those of train, so a score on it
+    is comparable to one on dev; a class with one example stays in train.
+    """
+    if fraction <= 0:
+        return examples, []
+    if task.is_regression:
+        scores = sorted(float(e.label) for e in examples)
+        cuts = [scores[len(scores) * q // 5] for q in range(1, 5)]
+        strata = [sum(float(e.label) >= c for c in cuts) for e in examples]
+    else:
+        strata = [int(e.label) for e in examples]
+    by_stratum: dict[int, list[int]] = {}
+    for i, stratum in enumerate(strata):
+        by_stratum.setdefault(stratum, []).append(i)
+    rng = random.Random(seed)
+    held: set[int] = set()
+    for stratum in sorted(by_stratum):
+        members = by_stratum[stratum]
+        held.update(rng.sample(members, min(round(fraction * len(members)), len(members) - 1)))
+    train = [e for i, e in enumerate(examples) if i not in held]
+    validation = [e for i, e in enumerate(examples) if i in held]
+    return train, validation
 
 
 def tokenize(examples: list[Example], tokenizer, max_length: int) -> list[dict]:
@@ -55,7 +86,13 @@ def prepare(
     glue_dir: Path | None,
     trust_remote_code: bool = False,
 ) -> dict:
-    """Read, subsample, tokenize and save every split of ``task``; return the meta record."""
+    """Read, subsample, tokenize and save every split of ``task``; return the meta record.
+
+    With ``data.validation_fraction`` > 0, that share of train (stratified by label, drawn by
+    ``data.seed``, before ``max_train_samples`` subsamples the rest) becomes the validation
+    split, ``validation.jsonl``: selection (hyper-parameters, exit thresholds) happens there,
+    never on dev.
+    """
     if glue_dir is not None and local_available(task, glue_dir):
         source = f"local:{glue_dir / task.folder}"
         read = lambda split: read_local(task, glue_dir, split)  # noqa: E731
@@ -71,11 +108,16 @@ def prepare(
         "seed": data.seed,
         "splits": {},
     }
+    if data.validation_fraction > 0:
+        meta["validation_fraction"] = data.validation_fraction
+    train, validation = carve_validation(task, read("train"), data.validation_fraction, data.seed)
+    splits = {"train": subsample(train, data.max_train_samples, data.seed)}
+    if validation:
+        splits[VALIDATION] = validation
+    for split in split_names(task)[1:]:
+        splits[split] = subsample(read(split), data.max_eval_samples, data.seed)
     with atomic.atomic_dir(out_dir) as tmp:
-        for split in split_names(task):
-            examples = read(split)
-            limit = data.max_train_samples if split == "train" else data.max_eval_samples
-            examples = subsample(examples, limit, data.seed)
+        for split, examples in splits.items():
             rows = tokenize(examples, tokenizer, data.max_length)
             with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
                 for row in rows:

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -23,9 +24,15 @@ from aclpipe.evaluation.scoring import (
     majority_scores,
     split_labels,
 )
-from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS
+from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, PREDICTIONS, VALIDATION
 from aclpipe.modeling.model import load_multi_exit
 from aclpipe.run_log import has_run_log, read_run_log
+
+
+def scored_splits(task: Task, data_dir: Path) -> list[str]:
+    """The task's dev splits, then the validation split when ``prepare`` carved one."""
+    dev = [name for name, _, _ in task.dev_splits]
+    return dev + ([VALIDATION] if (data_dir / f"{VALIDATION}.jsonl").exists() else [])
 
 
 def gradient_rule_summary(steps: list[dict]) -> list[dict]:
@@ -72,8 +79,10 @@ def evaluate(
     device: str = "cpu",
     console: Console | None = None,
 ) -> dict:
-    """Score every exit on each dev split (``metrics.json``); sweep the exit policies
-    (``curves.json``, ``curves.csv``).
+    """Score every exit on each dev split and on the validation split if the data has one
+    (``metrics.json``); keep every exit's logits per example (``predictions.npz``:
+    ``exits``, ``num_layers``, ``<split>_logits`` ``[E, N, C]`` float32 and ``<split>_labels``
+    ``[N]``); sweep the exit policies on the first dev split (``curves.json``, ``curves.csv``).
 
     Beside each split's scores, ``metrics.json`` holds the majority-class floor
     (``majority_score``, ``majority_metrics``: a constant prediction of the most frequent
@@ -88,12 +97,15 @@ def evaluate(
     exits = model.spec.exits
     report = {"task": task.name, "method": method, "exits": exits, "splits": {}}
     constant = majority_prediction(task, data_dir)
-    for split, _, _ in task.dev_splits:
+    predictions = {"exits": np.asarray(exits, dtype=np.int64), "num_layers": model.num_layers}
+    for split in scored_splits(task, data_dir):
         rows = load_split(data_dir, split)
         logits = all_exit_logits(model, rows, batch_size, pad_id, task.is_regression, device)
-        per_exit = exit_scores(task, logits, split_labels(rows, task))
+        labels = split_labels(rows, task)
+        predictions[f"{split}_logits"], predictions[f"{split}_labels"] = logits, labels
+        per_exit = exit_scores(task, logits, labels)
         scores = [e["score"] for e in per_exit]
-        majority = majority_scores(task, constant, split_labels(rows, task))
+        majority = majority_scores(task, constant, labels)
         report["splits"][split] = {
             "examples": len(rows),
             "per_exit": [{"layer": k, **e} for k, e in zip(exits, per_exit)],
@@ -146,6 +158,7 @@ def evaluate(
         (tmp / METRICS).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         (tmp / CURVES_JSON).write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
         (tmp / CURVES_CSV).write_text(curves_csv(curves["points"]), encoding="utf-8")
+        np.savez_compressed(tmp / PREDICTIONS, **predictions)
     console.print(render_table(report))
     for line in score_warnings(report) + timing_warnings(curves):
         console.print(line, highlight=False, soft_wrap=True, markup=False)

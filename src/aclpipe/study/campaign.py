@@ -6,13 +6,26 @@
     campaign:
       tasks: [mrpc, rte, sst2]
       seeds: [1, 2, 3]                   # train.seed of each run; the data subsample is fixed
-      runs: [ce, scl, acl, acl-nograd]   # the table order; a run is a method or a variant
+      runs: [ce, scl, acl]               # the table order; a run is a method or a variant
+      ablations: [acl-nograd]            # runs that only need ablation_seeds (after runs)
+      ablation_seeds: [1, 2, 3]
       variants:                          # runs that change a method's knobs
         acl-nograd: {method: acl, set: {acl_grad: false}}
       task_settings:                     # per task, over the shared knobs
         sst2: {data: {max_train_samples: 10000, max_length: 64}, train: {epochs: 1}}
+      tune:                              # the base recipe, chosen once per task on ce
+        method: ce
+        seeds: [1]
+        grid:                            # a mapping of lists (every combination), or a
+          train.lr: [2.0e-5, 5.0e-5]     # list of such mappings (their union)
+          train.epochs: [3, 5]
 
-``campaign/dvc.yaml`` turns it into stages: ``prepare`` per task, ``run`` per seed x task x
+``aclpipe campaign tune`` trains the grid's configurations on the task's validation split
+(carved from train by ``data.validation_fraction``; dev is never looked at to choose) into
+``campaign/tune/<task>/<config>-s<seed>/``; the best mean validation score is the recipe that
+``task_settings.<task>.train`` then gives every run (``aclpipe.study.tuning``).
+
+``campaign/dvc.yaml`` turns it into stages: ``prepare`` per task, ``tune`` per task, ``run`` per seed x task x
 run (train, score every exit, sweep the policies; the run's folder ``campaign/runs/<task>/
 <run>-s<seed>/`` is committed, the weights are not kept) and ``report``, which aggregates the
 runs into ``reports/<task>/results.{md,json}``, plots and ``reports/README.md``. DVC records
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import shutil
 from dataclasses import dataclass
@@ -49,14 +63,28 @@ class Variant:
 
 
 @dataclass
+class Tuning:
+    method: str
+    seeds: list[int]
+    configs: dict[str, dict[str, Any]]  # a configuration's name -> {"train.lr": 5e-05, ...}
+
+
+@dataclass
 class Campaign:
     path: Path  # campaign/params.yaml
     base: dict[str, Any]  # the params file without its campaign section
     tasks: list[str]
     seeds: list[int]
-    runs: list[str]
+    runs: list[str]  # every run in table order: campaign.runs, then campaign.ablations
     variants: dict[str, Variant]
     task_settings: dict[str, dict[str, Any]]
+    tuning: Tuning | None = None
+    ablations: list[str] = dataclasses.field(default_factory=list)
+    ablation_seeds: list[int] = dataclasses.field(default_factory=list)
+
+    def seeds_for(self, run: str) -> list[int]:
+        """The seeds a run is planned for: ablation_seeds for an ablation, else seeds."""
+        return self.ablation_seeds if run in self.ablations else self.seeds
 
     @property
     def root(self) -> Path:
@@ -94,16 +122,43 @@ class Campaign:
                 for key, value in variant.knobs.items()
             ]
         if seed is not None:
-            if seed not in self.seeds:
+            planned = self.seeds_for(run) if run is not None else self.seeds
+            if seed not in planned:
+                which = "ablation_seeds" if run in self.ablations else "seeds"
                 raise UserError(
-                    f"seed {seed} is not in campaign.seeds of {self.path} "
-                    f"({', '.join(map(str, self.seeds))}): add it there"
+                    f"seed {seed} is not in campaign.{which} of {self.path} "
+                    f"({', '.join(map(str, planned))}): add it there"
                 )
             out.append(f"train.seed={seed}")
         return out
 
     def params(self, task: str, run: str | None = None, seed: int | None = None) -> Params:
         raw = apply_overrides(copy.deepcopy(self.base), self.overrides(task, run, seed))
+        return params_from_dict(raw)
+
+    def tune_overrides(self, task: str, config: str, seed: int) -> list[str]:
+        """A tuning run's overrides: the task's data and model settings (not its train
+        settings, which hold the recipe being chosen), the configuration, the seed."""
+        tuning = self.tuning
+        if tuning is None:
+            raise UserError(f"{self.path} has no campaign.tune section: add one (method, seeds, grid)")
+        if config not in tuning.configs:
+            raise UserError(
+                f"unknown configuration {config!r}: campaign.tune.grid gives "
+                f"{', '.join(tuning.configs)}"
+            )
+        self.overrides(task)  # a one-line error for a task outside the campaign
+        out = [
+            f"{section}.{key}={_yaml_value(value)}"
+            for section, knobs in self.task_settings.get(task, {}).items()
+            if section != "train"
+            for key, value in knobs.items()
+        ]
+        out += [f"{key}={_yaml_value(value)}" for key, value in tuning.configs[config].items()]
+        return out + [f"train.seed={seed}"]
+
+    def tune_params(self, task: str, config: str, seed: int) -> Params:
+        raw = apply_overrides(copy.deepcopy(self.base), self.tune_overrides(task, config, seed))
         return params_from_dict(raw)
 
 
@@ -122,11 +177,11 @@ def load_campaign(path: Path) -> Campaign:
     if not isinstance(raw, dict) or not isinstance(raw.get("campaign"), dict):
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
-    unknown = set(spec) - {"tasks", "seeds", "runs", "variants", "task_settings"}
+    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "variants", "task_settings"}
+    unknown = set(spec) - keys - {"tune"}
     if unknown:
         raise UserError(
-            f"unknown key campaign.{sorted(unknown)[0]} in {path}: use tasks, seeds, runs, "
-            "variants, task_settings"
+            f"unknown key campaign.{sorted(unknown)[0]} in {path}: use {', '.join(sorted(keys))}, tune"
         )
     from aclpipe.training.knobs import METHOD_NAMES, check_method
 
@@ -136,8 +191,15 @@ def load_campaign(path: Path) -> Campaign:
             raise UserError(f"campaign.{key} in {path} must be a non-empty list")
     for name in tasks:
         get_task(name)
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise UserError(f"campaign.seeds in {path} must be whole numbers, got {seeds}")
+    ablations, ablation_seeds = spec.get("ablations") or [], spec.get("ablation_seeds") or seeds
+    for key, value in (("seeds", seeds), ("ablation_seeds", ablation_seeds)):
+        if not isinstance(value, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in value
+        ):
+            raise UserError(f"campaign.{key} in {path} must be a list of whole numbers, got {value}")
+    if not isinstance(ablations, list) or set(ablations) & set(runs):
+        raise UserError(f"campaign.ablations in {path} must be a list of runs not in campaign.runs")
+    runs = runs + ablations
     variants = {}
     for name, body in (spec.get("variants") or {}).items():
         method = body.get("method") if isinstance(body, dict) else None
@@ -161,11 +223,63 @@ def load_campaign(path: Path) -> Campaign:
                     f"campaign.task_settings.{task}.{section}: only data, train, evaluate "
                     "and model can differ per task"
                 )
-    campaign = Campaign(path, raw, tasks, seeds, runs, variants, settings)
+    tuning = _tuning(spec["tune"], path) if spec.get("tune") is not None else None
+    campaign = Campaign(
+        path, raw, tasks, seeds, runs, variants, settings, tuning, ablations, ablation_seeds
+    )
     for task in tasks:  # every run's params must build: fail now, not hours in
         for run in runs:
-            campaign.params(task, run, seeds[0])
+            campaign.params(task, run, campaign.seeds_for(run)[0])
+        for config in tuning.configs if tuning else []:
+            campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
+
+
+_SHORT = {"lr": "lr", "epochs": "ep", "batch_size": "bs", "warmup_ratio": "wu"}
+
+
+def _knob_order(key: str) -> tuple[int, str]:
+    short = key.split(".")[-1]
+    return (list(_SHORT).index(short) if short in _SHORT else len(_SHORT), short)
+
+
+def config_name(knobs: dict[str, Any]) -> str:
+    """``lr5e-05_ep3_bs32_wu0.1``: a tuning configuration's folder name, from its knobs
+    (lr, epochs, batch size, warm-up first, then the others by name, whatever their order
+    in the file)."""
+    parts = []
+    for key, value in sorted(knobs.items(), key=lambda kv: _knob_order(kv[0])):
+        short = _SHORT.get(key.split(".")[-1], key.split(".")[-1])
+        parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
+    return "_".join(parts)
+
+
+def _tuning(body: Any, path: Path) -> Tuning:
+    """``campaign.tune``: the method, the seeds and every configuration of the grid."""
+    from aclpipe.training.knobs import check_method
+
+    where = f"campaign.tune in {path}"
+    if not isinstance(body, dict) or set(body) - {"method", "seeds", "grid"}:
+        raise UserError(f"{where} takes method, seeds and grid")
+    method = check_method(body.get("method", "ce"), f"{where}: method {body.get('method')!r} is unknown")
+    seeds = body.get("seeds") or [1]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise UserError(f"{where}: seeds must be a list of whole numbers, got {seeds!r}")
+    grids = body.get("grid")
+    grids = [grids] if isinstance(grids, dict) else grids
+    if not isinstance(grids, list) or not grids or not all(isinstance(g, dict) for g in grids):
+        raise UserError(f"{where}: grid must map train.<key> to a list of values (or be a list of such maps)")
+    configs: dict[str, dict[str, Any]] = {}
+    for grid in grids:
+        for key, values in grid.items():
+            if not str(key).startswith("train.") or not isinstance(values, list) or not values:
+                raise UserError(
+                    f"{where}: grid key {key!r} must be train.<knob> with a non-empty list of values"
+                )
+        for combination in itertools.product(*grid.values()):
+            knobs = dict(sorted(zip(grid, combination), key=lambda kv: _knob_order(kv[0])))
+            configs.setdefault(config_name(knobs), knobs)
+    return Tuning(method, seeds, configs)
 
 
 # --- stages ----------------------------------------------------------------------------------
@@ -187,30 +301,82 @@ def prepare_task(campaign: Campaign, task_name: str, console: Console) -> dict:
 
 def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Console) -> Path:
     """Train, score and sweep one run; write its folder (atomically) and drop the weights."""
+    task, variant = get_task(task_name), campaign.variant(run)
+    record = {
+        "task": task.name,
+        "run": run,
+        "method": variant.method,
+        "seed": seed,
+        "overrides": campaign.overrides(task.name, run, seed),
+        "command": f"aclpipe campaign run --task {task.name} --run {run} --seed {seed}",
+    }
+    return _train_and_score(
+        campaign,
+        task_name,
+        variant.method,
+        campaign.params(task_name, run, seed),
+        campaign.layout.scratch(task.name, run, seed),
+        campaign.run_dir(task.name, run, seed),
+        record,
+        console,
+    )
+
+
+def tune_one(campaign: Campaign, task_name: str, config: str, seed: int, console: Console) -> Path:
+    """Train and score one configuration of the tuning grid into its folder under
+    ``campaign/tune/<task>/``; like :func:`run_one` (the same files), with the grid's knobs."""
+    task, tuning = get_task(task_name), campaign.tuning
+    overrides = campaign.tune_overrides(task.name, config, seed)  # checks tuning and config
+    assert tuning is not None
+    record = {
+        "task": task.name,
+        "run": config,
+        "method": tuning.method,
+        "seed": seed,
+        "overrides": overrides,
+        "tuned": tuning.configs[config],
+        "command": f"aclpipe campaign tune --task {task.name} --config {config} --seed {seed}",
+    }
+    return _train_and_score(
+        campaign,
+        task_name,
+        tuning.method,
+        campaign.tune_params(task_name, config, seed),
+        campaign.layout.tune_scratch(task.name, config, seed),
+        campaign.layout.tune_run(task.name, config, seed),
+        record,
+        console,
+    )
+
+
+def _train_and_score(
+    campaign: Campaign,
+    task_name: str,
+    method: str,
+    params: Params,
+    scratch: Path,
+    out: Path,
+    record: dict,
+    console: Console,
+) -> Path:
+    """Train (resuming if cut off), score every exit on dev and validation, sweep; write
+    ``out`` atomically (run.json last) and drop the weights."""
     from aclpipe.data.prepared import load_meta
     from aclpipe.evaluation.evaluate import evaluate
     from aclpipe.modeling.device import pick_device
     from aclpipe.training.loop import finetune
 
-    task, variant = get_task(task_name), campaign.variant(run)
-    params = campaign.params(task_name, run, seed)
+    task = get_task(task_name)
     data_dir = campaign.layout.data(task.name)
-    scratch = campaign.layout.scratch(task.name, run, seed)
-    out = campaign.run_dir(task.name, run, seed)
-    finetune(task, variant.method, params, data_dir, scratch, console)  # resumes if cut off
+    finetune(task, method, params, data_dir, scratch, console)
     with atomic.atomic_dir(out) as tmp:
         device = pick_device(params.train.device)
-        evaluate(task, variant.method, scratch, data_dir, tmp, params.evaluate, device, console)
+        evaluate(task, method, scratch, data_dir, tmp, params.evaluate, device, console)
         shutil.copytree(scratch / TRAINING_LOG, tmp / TRAINING_LOG)
         record = {
-            "task": task.name,
-            "run": run,
-            "method": variant.method,
-            "seed": seed,
-            "overrides": campaign.overrides(task.name, run, seed),
+            **record,
             "params": dataclasses.asdict(params),
             "data": {k: v for k, v in load_meta(data_dir).items() if k != "tokenizer"},
-            "command": f"aclpipe campaign run --task {task.name} --run {run} --seed {seed}",
             "environment": environment(device),
         }
         (tmp / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -18,7 +18,9 @@ from rich.console import Console
 
 from aclpipe.errors import UserError
 from aclpipe.layout import META
-from aclpipe.study.campaign import Campaign, load_campaign, run_one
+from aclpipe.study.campaign import Campaign, load_campaign, run_one, tune_one
+
+RUN, TUNE = "run", "tune"  # the two kinds of job: a campaign run, a configuration of the grid
 
 
 def pending(
@@ -29,13 +31,29 @@ def pending(
     for task in tasks or []:
         campaign.overrides(task)  # a one-line error for a task outside the campaign
     for seed in seeds or []:
-        campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
+        if seed not in campaign.seeds + campaign.ablation_seeds:
+            campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
     return [
         (task, run, seed)
-        for seed in seeds or campaign.seeds
+        for seed in seeds or sorted(set(campaign.seeds) | set(campaign.ablation_seeds))
         for task in tasks or campaign.tasks
         for run in campaign.runs
-        if not campaign.run_dir(task, run, seed).exists()
+        if seed in campaign.seeds_for(run) and not campaign.run_dir(task, run, seed).exists()
+    ]
+
+
+def pending_tuning(campaign: Campaign, tasks: list[str] | None = None) -> list[tuple[str, str, int]]:
+    """``(task, configuration, seed)`` of every tuning run without a folder, seed by seed."""
+    if campaign.tuning is None:
+        raise UserError(f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)")
+    for task in tasks or []:
+        campaign.overrides(task)
+    return [
+        (task, config, seed)
+        for seed in campaign.tuning.seeds
+        for task in tasks or campaign.tasks
+        for config in campaign.tuning.configs
+        if not campaign.layout.tune_run(task, config, seed).exists()
     ]
 
 
@@ -45,16 +63,18 @@ def run_pending(
     console: Console,
     tasks: list[str] | None = None,
     seeds: list[int] | None = None,
+    kind: str = RUN,
 ) -> tuple[list[Path], list[str]]:
-    """Run every pending run, ``workers`` at a time in separate processes; returns the
-    finished folders and one line per failed run (its traceback is in its log,
-    ``campaign/models/<task>/<run>-s<seed>.log``). Ctrl-C cancels the runs not yet started."""
+    """Run every pending run (``kind`` tune: every pending configuration of the tuning grid),
+    ``workers`` at a time in separate processes; returns the finished folders and one line
+    per failed run (its traceback is in its log, ``campaign/models/<task>/<run>-s<seed>.log``).
+    Ctrl-C cancels the runs not yet started."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     if workers < 1:
         raise UserError(f"--workers {workers}: give at least 1")
-    jobs = pending(campaign, tasks, seeds)
+    jobs = pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds)
     for task in dict.fromkeys(task for task, _, _ in jobs):
         if not (campaign.layout.data(task) / META).exists():
             raise UserError(
@@ -71,7 +91,7 @@ def run_pending(
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
         futures = {
-            pool.submit(_run_logged, str(campaign.path), task, run, seed, threads): (
+            pool.submit(_run_logged, str(campaign.path), kind, task, run, seed, threads): (
                 task,
                 run,
                 seed,
@@ -95,28 +115,34 @@ def run_pending(
     return done, failed
 
 
-def commit_command(campaign: Campaign, folders: list[Path]) -> str:
+def commit_command(campaign: Campaign, folders: list[Path], kind: str = RUN) -> str:
     """The ``dvc commit`` that records these run folders in the campaign's dvc.lock. It names
-    each stage: ``dvc commit`` on the whole dvc.yaml fails while any run has no folder yet."""
+    each stage: ``dvc commit`` on the whole dvc.yaml fails while any run has no folder yet.
+    Tuning runs are one stage per task."""
     stages = []
+    if kind == TUNE:
+        tasks = sorted({folder.parent.name for folder in folders})
+        return "dvc commit -f " + " ".join(f"{campaign.root / 'dvc.yaml'}:tune@{t}" for t in tasks)
     for folder in folders:
         run, seed = folder.name.rsplit("-s", 1)
-        stages.append(f"{campaign.root / 'dvc.yaml'}:run@{seed}-{folder.parent.name}-{run}")
+        stage = "ablation" if run in campaign.ablations else "run"
+        stages.append(f"{campaign.root / 'dvc.yaml'}:{stage}@{seed}-{folder.parent.name}-{run}")
     return "dvc commit -f " + " ".join(sorted(stages))
 
 
-def _run_logged(path: str, task: str, run: str, seed: int, threads: int) -> str:
+def _run_logged(path: str, kind: str, task: str, run: str, seed: int, threads: int) -> str:
     """One run in a worker process; its console output, and its traceback if it fails, go
     to a log beside its scratch model."""
     import torch
 
     torch.set_num_threads(threads)
     campaign = load_campaign(Path(path))
-    log = campaign.layout.run_log(task, run, seed)
+    log = campaign.layout.run_log(task, run if kind == RUN else f"tune-{run}", seed)
     log.parent.mkdir(parents=True, exist_ok=True)
+    one = run_one if kind == RUN else tune_one
     with open(log, "w", encoding="utf-8") as f:
         try:
-            return str(run_one(campaign, task, run, seed, Console(file=f, width=120)))
+            return str(one(campaign, task, run, seed, Console(file=f, width=120)))
         except Exception:
             f.write(traceback.format_exc())
             raise

@@ -1,0 +1,135 @@
+"""The base recipe: which configuration of ``campaign.tune.grid`` scores best on validation.
+
+Every configuration trains ``campaign.tune.method`` (ce) with each tuning seed on the task's
+train split minus its validation split; the pick is the best mean final-exit score on the
+validation split (ties: the configuration listed first). Dev scores are shown beside, never
+used to choose. ``reports/<task>/tuning.{md,json}`` say what was tried, what won, and whether
+``campaign.task_settings.<task>.train`` (what every run uses) is the pick.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from aclpipe import atomic
+from aclpipe.errors import UserError
+from aclpipe.layout import METRICS, RUN_RECORD, VALIDATION
+from aclpipe.study.campaign import Campaign
+
+TUNING_MD, TUNING_JSON = "tuning.md", "tuning.json"
+
+
+def summarise(campaign: Campaign, task: str) -> dict:
+    """Per configuration: its knobs, and validation and dev final-exit scores per seed."""
+    tuning = campaign.tuning
+    if tuning is None:
+        raise UserError(f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)")
+    rows = []
+    for config, knobs in tuning.configs.items():
+        scores: dict[str, dict[int, float]] = {VALIDATION: {}, "dev": {}}
+        for seed in tuning.seeds:
+            folder = campaign.layout.tune_run(task, config, seed)
+            if not (folder / RUN_RECORD).exists():
+                continue
+            splits = json.loads((folder / METRICS).read_text(encoding="utf-8"))["splits"]
+            if VALIDATION not in splits:
+                raise UserError(
+                    f"{folder} has no validation score: set data.validation_fraction in "
+                    f"{campaign.path}, prepare the task again and rerun the grid"
+                )
+            for split in scores:
+                scores[split][seed] = splits[split]["per_exit"][-1]["score"]
+        rows.append(
+            {
+                "config": config,
+                "knobs": knobs,
+                "seeds": sorted(scores[VALIDATION]),
+                "validation": _mean(scores[VALIDATION]),
+                "dev": _mean(scores["dev"]),
+                "by_seed": {s: {k: v[s] for k, v in scores.items()} for s in scores[VALIDATION]},
+            }
+        )
+    done = [r for r in rows if len(r["seeds"]) == len(tuning.seeds)]
+    pick = max(done, key=lambda r: r["validation"], default=None)  # max keeps the first of ties
+    used = campaign.task_settings.get(task, {}).get("train", {})
+    return {
+        "task": task,
+        "method": tuning.method,
+        "seeds": tuning.seeds,
+        "rows": rows,
+        "complete": len(done) == len(rows),
+        "pick": pick["config"] if pick else None,
+        "pick_knobs": pick["knobs"] if pick else None,
+        # the knobs every campaign run uses, against the pick's
+        "in_use": {key: used.get(key.split(".", 1)[1]) for key in (pick["knobs"] if pick else {})},
+    }
+
+
+def _mean(by_seed: dict[int, float]) -> float | None:
+    return statistics.fmean(by_seed.values()) if by_seed else None
+
+
+def applied(summary: dict) -> bool:
+    """Whether ``task_settings.<task>.train`` holds the pick's knobs."""
+    knobs = summary["pick_knobs"] or {}
+    return bool(knobs) and all(summary["in_use"][k] == v for k, v in knobs.items())
+
+
+def markdown(summary: dict) -> str:
+    task, pick = summary["task"], summary["pick"]
+    keys = list(dict.fromkeys(key for row in summary["rows"] for key in row["knobs"]))
+    header = ["configuration", *keys, "seeds", "validation", "dev"]
+    lines = [
+        f"# {task}: the base recipe",
+        f"`aclpipe campaign tune --task {task}` trained {summary['method']} with each "
+        f"configuration below and seed(s) {', '.join(map(str, summary['seeds']))} on train minus "
+        "the validation split; the pick is the best mean final-exit score on validation "
+        "(x100). Dev is shown, never used to choose.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in summary["rows"]:
+        mark = " (pick)" if row["config"] == pick else ""
+        cells = [f"{row['config']}{mark}", *(str(row["knobs"].get(k, "-")) for k in keys)]
+        cells += [
+            ", ".join(map(str, row["seeds"])) or "not run",
+            _score(row["validation"]),
+            _score(row["dev"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if pick is None:
+        lines.append("No configuration has finished every seed yet: no pick.")
+    elif applied(summary):
+        lines.append(f"Every campaign run of {task} uses the pick ({pick}).")
+    else:
+        want = ", ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in summary["pick_knobs"].items())
+        lines.append(
+            f"campaign.task_settings.{task}.train is not the pick: set it to `{{{want}}}` "
+            "in campaign/params.yaml, and rerun the campaign's runs."
+        )
+    if not summary["complete"]:
+        lines.append("Some configurations have not finished: the pick may change.")
+    return "\n".join(lines) + "\n"
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def write_tuning(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
+    """``reports/<task>/tuning.{md,json}`` for every task with tuning runs."""
+    out = {}
+    if campaign.tuning is None:
+        return out
+    for task in campaign.tasks:
+        if not campaign.layout.tune_runs(task).exists():
+            continue
+        summary = summarise(campaign, task)
+        out[task] = summary
+        atomic.write_text(reports_dir / task / TUNING_JSON, json.dumps(summary, indent=2) + "\n")
+        atomic.write_text(reports_dir / task / TUNING_MD, markdown(summary))
+    return out

@@ -1,0 +1,239 @@
+"""Selection off dev: the validation split carved from train, the per-example predictions
+every scored run keeps, the base-recipe grid (``campaign tune``) and the ablation seeds."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from rich.console import Console
+from typer.testing import CliRunner
+
+from aclpipe.cli import app
+from aclpipe.config import params_from_dict
+from aclpipe.data.glue_sources import Example
+from aclpipe.data.prepare import carve_validation, prepare
+from aclpipe.data.prepared import load_meta, load_split
+from aclpipe.data.tasks import get_task
+from aclpipe.errors import UserError
+from aclpipe.evaluation.evaluate import evaluate
+from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.study.campaign import config_name, load_campaign
+from aclpipe.study.campaign_runner import TUNE, commit_command, pending, pending_tuning
+from aclpipe.study.tuning import applied, summarise
+from aclpipe.training.loop import finetune
+
+SST2 = get_task("sst2")
+
+
+def examples(labels: list[int]) -> list[Example]:
+    return [Example(f"sentence {i}", None, y) for i, y in enumerate(labels)]
+
+
+# --- the validation split ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42])
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5])
+def test_validation_is_a_stratified_disjoint_share_of_train(seed: int, fraction: float) -> None:
+    rng = np.random.default_rng(seed)
+    labels = rng.choice(2, size=203, p=[0.3, 0.7]).tolist()
+    pool = examples(labels)
+    train, validation = carve_validation(SST2, pool, fraction, seed)
+    texts = lambda rows: [e.text_a for e in rows]  # noqa: E731
+    assert sorted(texts(train) + texts(validation)) == sorted(texts(pool))  # a partition
+    assert not set(texts(train)) & set(texts(validation))
+    assert texts(train) == [t for t in texts(pool) if t in set(texts(train))]  # order kept
+    counts, held = Counter(labels), Counter(e.label for e in validation)
+    for label in (0, 1):  # each class held out in its own share
+        assert held[label] == round(fraction * counts[label])
+    again = carve_validation(SST2, pool, fraction, seed)
+    assert texts(again[1]) == texts(validation)  # fixed by seed
+    other = carve_validation(SST2, pool, fraction, seed + 1)
+    assert texts(other[1]) != texts(validation)
+
+
+def test_validation_edge_cases() -> None:
+    pool = examples([0, 1, 1, 1])
+    assert carve_validation(SST2, pool, 0.0, 1) == (pool, [])  # 0: no validation split
+    train, validation = carve_validation(SST2, pool, 0.5, 1)
+    assert [e.label for e in train].count(0) == 1  # a class of one stays in train
+    assert [e.label for e in validation] == [1, 1]  # round(0.5 * 3)
+    stsb = get_task("stsb")
+    scored = [Example(f"s{i}", f"t{i}", i / 19 * 5) for i in range(20)]
+    train, validation = carve_validation(stsb, scored, 0.2, 3)
+    quintiles = Counter(int(e.text_a[1:]) // 4 for e in validation)  # scores rise with i
+    assert sorted(quintiles) == [0, 1, 2, 3, 4] and set(quintiles.values()) == {1}  # 0.2 of 4 each
+
+
+def test_prepare_writes_the_validation_split(tmp_path: Path, params_dict, glue_dir: Path) -> None:
+    params = params_from_dict(params_dict(glue_dir, data={"validation_fraction": 0.25}))
+    meta = prepare(SST2, params.data, params.model.name, tmp_path / "sst2", glue_dir)
+    assert meta["validation_fraction"] == 0.25
+    splits = meta["splits"]
+    assert splits["train"]["examples"] == 36 and splits["validation"]["examples"] == 12  # of 48
+    assert splits["validation"]["labels"] == {"0": 6, "1": 6}  # SST-2's label names
+    assert splits["train"]["labels"] == {"0": 18, "1": 18}
+    assert len(load_split(tmp_path / "sst2", "train")) == 36
+    assert len(load_split(tmp_path / "sst2", "validation")) == 12
+    assert len(load_split(tmp_path / "sst2", "dev")) == 16  # dev untouched
+    assert load_meta(tmp_path / "sst2")["splits"] == splits
+    plain = params_from_dict(params_dict(glue_dir))
+    meta = prepare(SST2, plain.data, plain.model.name, tmp_path / "plain", glue_dir)
+    assert "validation_fraction" not in meta and "validation" not in meta["splits"]
+    assert not (tmp_path / "plain" / "validation.jsonl").exists()
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+def test_validation_fraction_out_of_range_is_one_line(params_dict, value: float) -> None:
+    with pytest.raises(UserError, match=r"data.validation_fraction must be in \[0, 1\)"):
+        params_from_dict(params_dict(None, data={"validation_fraction": value}))
+
+
+# --- per-example predictions ------------------------------------------------------------------
+
+
+def test_evaluate_keeps_every_exit_on_dev_and_validation(
+    tmp_path: Path, params_dict, glue_dir: Path
+) -> None:
+    params = params_from_dict(params_dict(glue_dir, data={"validation_fraction": 0.25}))
+    data_dir, model_dir, out = tmp_path / "data", tmp_path / "model", tmp_path / "report"
+    prepare(SST2, params.data, params.model.name, data_dir, glue_dir)
+    console = Console(file=open(tmp_path / "log.txt", "w"))
+    finetune(SST2, "joint", params, data_dir, model_dir, console)
+    report = evaluate(SST2, "joint", model_dir, data_dir, out, params.evaluate, "cpu", console)
+    saved = np.load(out / "predictions.npz")
+    assert saved["exits"].tolist() == report["exits"] and int(saved["num_layers"]) == 3
+    for split, rows in (("dev", 16), ("validation", 12)):
+        logits, labels = saved[f"{split}_logits"], saved[f"{split}_labels"]
+        assert logits.shape == (3, rows, 2) and logits.dtype == np.float32
+        assert labels.tolist() == [r["label"] for r in load_split(data_dir, split)]
+        for k, entry in enumerate(report["splits"][split]["per_exit"]):  # the same scores
+            metrics = compute_metrics(SST2, logits[k].argmax(-1), labels)
+            assert task_score(SST2, metrics) == entry["score"]
+    assert report["final_score"] == report["splits"]["dev"]["final_score"]  # dev stays primary
+    assert "majority_score" in report["splits"]["validation"]
+
+
+# --- the tuning grid and the ablation seeds ---------------------------------------------------
+
+
+def write_spec(folder: Path, base: dict, **spec) -> Path:
+    campaign = {"tasks": ["sst2"], "seeds": [1, 2], "runs": ["ce", "joint"], **spec}
+    path = folder / "campaign" / "params.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
+    return path
+
+
+GRID = [
+    {"train.lr": [1e-3, 1e-2], "train.epochs": [1]},
+    {"train.lr": [1e-3], "train.epochs": [2]},
+    {"train.lr": [1e-3], "train.epochs": [1]},  # a repeat: one configuration, not two
+]
+
+
+def test_grid_configurations_and_their_overrides(tmp_path: Path, params_dict) -> None:
+    base = params_dict(None, data={"validation_fraction": 0.25})
+    path = write_spec(
+        tmp_path,
+        base,
+        tune={"method": "ce", "seeds": [3], "grid": GRID},
+        task_settings={"sst2": {"data": {"max_length": 16}, "train": {"lr": 5e-5, "epochs": 4}}},
+    )
+    campaign = load_campaign(path)
+    assert list(campaign.tuning.configs) == ["lr0.001_ep1", "lr0.01_ep1", "lr0.001_ep2"]
+    assert config_name({"train.warmup_ratio": 0.0, "train.batch_size": 16}) == "bs16_wu0"
+    params = campaign.tune_params("sst2", "lr0.01_ep1", 3)
+    # the task's data settings apply; its train settings (the recipe being chosen) do not
+    assert params.data.max_length == 16 and params.train.lr == 1e-2 and params.train.epochs == 1
+    assert params.train.seed == 3
+    assert campaign.params("sst2", "ce", 1).train.lr == 5e-5  # the runs use task_settings
+    assert pending_tuning(campaign) == [("sst2", c, 3) for c in campaign.tuning.configs]
+    folder = campaign.layout.tune_run("sst2", "lr0.01_ep1", 3)
+    assert folder == path.parent / "tune/sst2/lr0.01_ep1-s3"
+    assert commit_command(campaign, [folder], TUNE).endswith("campaign/dvc.yaml:tune@sst2")
+    with pytest.raises(UserError, match="unknown configuration 'lr9'"):
+        campaign.tune_params("sst2", "lr9", 3)
+
+
+@pytest.mark.parametrize(
+    ("tune", "message"),
+    [
+        ({"grid": {"data.max_length": [8]}}, "must be train.<knob>"),
+        ({"grid": {"train.lr": []}}, "non-empty list"),
+        ({"grid": "lr"}, "grid must map"),
+        ({"method": "nope", "grid": {"train.lr": [1e-3]}}, "method 'nope' is unknown"),
+        ({"grid": {"train.lr": [-1.0]}}, "train.lr must be > 0"),
+        ({"grid": {"train.lr": [1e-3]}, "extra": 1}, "takes method, seeds and grid"),
+    ],
+)
+def test_bad_grids_fail_in_one_line(tmp_path: Path, params_dict, tune, message) -> None:
+    path = write_spec(tmp_path, params_dict(None), tune=tune)
+    with pytest.raises(UserError, match=message):
+        load_campaign(path)
+
+
+def test_ablations_run_only_their_seeds(tmp_path: Path, params_dict) -> None:
+    path = write_spec(
+        tmp_path,
+        params_dict(None),
+        seeds=[1, 2, 3],
+        ablations=["acl-nograd"],
+        ablation_seeds=[1],
+        variants={"acl-nograd": {"method": "acl", "set": {"acl_grad": False}}},
+    )
+    campaign = load_campaign(path)
+    assert campaign.runs == ["ce", "joint", "acl-nograd"] and campaign.seeds_for("acl-nograd") == [1]
+    jobs = pending(campaign)
+    assert ("sst2", "acl-nograd", 1) in jobs and ("sst2", "acl-nograd", 2) not in jobs
+    assert ("sst2", "joint", 3) in jobs and len(jobs) == 7
+    with pytest.raises(UserError, match="seed 2 is not in campaign.ablation_seeds"):
+        campaign.params("sst2", "acl-nograd", 2)
+    folder = campaign.run_dir("sst2", "acl-nograd", 1)
+    assert "dvc.yaml:ablation@1-sst2-acl-nograd" in commit_command(campaign, [folder])
+    with pytest.raises(UserError, match="campaign.ablations"):
+        load_campaign(write_spec(tmp_path, params_dict(None), ablations=["ce"]))
+
+
+def test_tune_end_to_end_picks_on_validation(
+    tmp_path: Path, params_dict, glue_dir: Path, monkeypatch
+) -> None:
+    base = params_dict(glue_dir, data={"validation_fraction": 0.25})
+    path = write_spec(tmp_path, base, tune={"seeds": [1], "grid": GRID[:1]})
+    monkeypatch.chdir(tmp_path)
+    runner, flag = CliRunner(), ["--campaign", "campaign/params.yaml"]
+    result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2", *flag])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
+    assert result.exit_code == 0, result.output
+    assert "2 runs to do" in result.output and "tune@sst2" in result.output
+    campaign = load_campaign(path)
+    summary = summarise(campaign, "sst2")
+    scores = {}
+    for config in ("lr0.001_ep1", "lr0.01_ep1"):
+        folder = tmp_path / f"campaign/tune/sst2/{config}-s1"
+        metrics = json.loads((folder / "metrics.json").read_text())
+        scores[config] = metrics["splits"]["validation"]["per_exit"][-1]["score"]
+        record = json.loads((folder / "run.json").read_text())
+        assert record["method"] == "ce" and record["tuned"]["train.lr"] in (1e-3, 1e-2)
+        assert (folder / "predictions.npz").exists()
+    assert summary["pick"] == max(scores, key=scores.get)  # first of ties, like max
+    assert not applied(summary)  # task_settings do not hold it yet
+    text = (tmp_path / "reports/sst2/tuning.md").read_text()
+    assert "(pick)" in text and "not the pick" in text
+    knobs = summary["pick_knobs"]
+    write_spec(
+        tmp_path,
+        base,
+        tune={"seeds": [1], "grid": GRID[:1]},
+        task_settings={"sst2": {"train": {k.split(".")[1]: v for k, v in knobs.items()}}},
+    )
+    assert applied(summarise(load_campaign(path), "sst2"))
+    result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
+    assert result.exit_code == 0 and "0 runs to do" in result.output  # nothing is redone
+    assert "uses the pick" in (tmp_path / "reports/sst2/tuning.md").read_text()
