@@ -221,6 +221,24 @@ def test_distill_kl_t_squared_scaling_and_stop_gradient() -> None:
     assert distill_kl(teacher, teacher, 3.0).item() == pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_kl_mean_reduction_is_romeberts_kl_over_classes(classes: int) -> None:
+    """``kl_reduction: mean`` (RomeBERT's released code, nn.KLDivLoss() defaults) is the
+    per-example KL divided by the number of classes; only the KL part of SD_k changes."""
+    student, teacher = torch.randn(6, classes), torch.randn(6, classes)
+    labels = torch.randint(0, classes, (6,))
+    per_example = distill_kl(student, teacher, 3.0)
+    # the slow way: sum over examples and classes of p_t (log p_t - log p_s), over B * C
+    p_t = F.softmax(teacher / 3.0, -1)
+    by_hand = (p_t * (p_t.log() - F.log_softmax(student / 3.0, -1))).sum() / (6 * classes)
+    mean = distill_kl(student, teacher, 3.0, reduction="mean")
+    assert mean.item() == pytest.approx(9.0 * by_hand.item(), rel=1e-5)
+    assert mean.item() == pytest.approx(per_example.item() / classes, rel=1e-5)
+    ce = F.cross_entropy(student, labels)
+    sd = self_distill_loss(student, teacher, labels, 0.9, 3.0, kl_reduction="mean")
+    assert sd.item() == pytest.approx(0.1 * ce.item() + 0.9 * mean.item(), rel=1e-5)
+
+
 def test_self_distill_batch_of_one_and_regression() -> None:
     loss = self_distill_loss(torch.randn(1, 2), torch.randn(1, 2), torch.tensor([1]), 0.9, 3.0)
     assert torch.isfinite(loss)

@@ -21,6 +21,7 @@ Scope = Literal["encoder", "encoder-weights", "all"]
 
 # Per-exit CE weights of the multi-exit methods: uniform 1/|E| | linear l_k / sum l (PABEE).
 ExitWeights = Literal["uniform", "linear"]
+KlReduction = Literal["batchmean", "mean"]
 
 
 # Knobs: one record per method (METHODS.md gives every default) ------------------------------
@@ -63,6 +64,9 @@ class DeebertSdKnobs:
 
     gamma: float = 0.9  # weight of the KL part of SD_k (CE gets 1 - gamma)
     T: float = 3.0  # distillation temperature
+    # the KL's average: over examples (batchmean, the KL itself, METHODS.md), or over examples
+    # and classes (mean: RomeBERT's released code, nn.KLDivLoss()'s default, i.e. KL / C)
+    kl_reduction: KlReduction = "batchmean"
 
 
 @dataclass(frozen=True)

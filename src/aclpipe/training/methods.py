@@ -150,7 +150,13 @@ def _inner_sd(cfg: DeebertSdKnobs) -> Objective:
     def loss(x: LossInputs) -> torch.Tensor:
         return x.local_weight * sum(
             self_distill_loss(
-                x.logits[k], x.logits[-1], x.labels, cfg.gamma, cfg.T, regression=x.regression
+                x.logits[k],
+                x.logits[-1],
+                x.labels,
+                cfg.gamma,
+                cfg.T,
+                regression=x.regression,
+                kl_reduction=cfg.kl_reduction,
             )
             for k in _inner(x)
         )
@@ -198,7 +204,14 @@ def _acl_cl_aux(cfg: AclClKnobs) -> Objective:
         total = acl(x) + cfg.lam_cl * cross / len(inner)
         if cfg.sd:
             total = total + x.local_weight * sum(
-                cfg.gamma * distill_kl(x.logits[k], x.logits[-1], cfg.T, regression=x.regression)
+                cfg.gamma
+                * distill_kl(
+                    x.logits[k],
+                    x.logits[-1],
+                    cfg.T,
+                    regression=x.regression,
+                    reduction=cfg.kl_reduction,
+                )
                 for k in inner
             )
         return total

@@ -13,7 +13,12 @@ def _widened(logits: Tensor) -> Tensor:
 
 
 def distill_kl(
-    student_logits: Tensor, teacher_logits: Tensor, T: float, *, regression: bool = False
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    T: float,
+    *,
+    regression: bool = False,
+    reduction: str = "batchmean",
 ) -> Tensor:
     """Distillation term ``T^2 * KL(sg(p_teacher^T) || p_student^T)``, averaged over the batch.
 
@@ -24,6 +29,9 @@ def distill_kl(
         regression: STS-B (``C = 1``). A KL between one-output "distributions" has no
             meaning, so this project uses ``MSE(student, sg(teacher))`` instead, without
             the ``T^2`` factor (this project's choice; METHODS.md leaves it open).
+        reduction: ``batchmean``, the KL per example (METHODS.md); ``mean`` also averages
+            over the ``C`` classes, i.e. ``KL / C``: what RomeBERT's released code computes
+            (``nn.KLDivLoss()`` with its default reduction), kept to compare the two scalings.
 
     Returns:
         Scalar loss.
@@ -38,6 +46,8 @@ def distill_kl(
     student_log_prob = F.log_softmax(_widened(student_logits) / T, dim=-1)  # [B, C]
     teacher_log_prob = F.log_softmax(_widened(teacher_logits) / T, dim=-1)  # [B, C]
     kl = F.kl_div(student_log_prob, teacher_log_prob, reduction="batchmean", log_target=True)
+    if reduction == "mean":  # written out: torch's own "mean" is to become "batchmean"
+        kl = kl / student_logits.shape[-1]
     return T**2 * kl
 
 
@@ -49,6 +59,7 @@ def self_distill_loss(
     T: float,
     *,
     regression: bool = False,
+    kl_reduction: str = "batchmean",
 ) -> Tensor:
     """``SD_k = (1 - gamma) * CE(logits_k, y) + gamma * T^2 * KL(sg(p_L^T) || p_k^T)``.
 
@@ -61,6 +72,7 @@ def self_distill_loss(
         regression: STS-B (``C = 1``): CE becomes ``MSE(logits_k, y)`` and the KL term
             becomes ``MSE(logits_k, sg(logits_L))`` without ``T^2`` (this project's choice,
             see :func:`distill_kl`).
+        kl_reduction: see :func:`distill_kl`'s ``reduction``.
 
     Returns:
         Scalar loss.
@@ -72,5 +84,7 @@ def self_distill_loss(
         task_loss = F.mse_loss(_widened(student_logits).squeeze(-1), labels.float())
     else:
         task_loss = F.cross_entropy(_widened(student_logits), labels)
-    distill = distill_kl(student_logits, teacher_logits, T, regression=regression)
+    distill = distill_kl(
+        student_logits, teacher_logits, T, regression=regression, reduction=kl_reduction
+    )
     return (1.0 - gamma) * task_loss + gamma * distill
