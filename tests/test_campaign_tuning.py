@@ -209,7 +209,9 @@ def test_tune_end_to_end_picks_on_validation(
     runner, flag = CliRunner(), ["--campaign", "campaign/params.yaml"]
     result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2", *flag])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
+    result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", "--threads", "0", *flag])
+    assert result.exit_code == 2 and "--threads 0: give at least 1" in result.output
+    result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", "--threads", "1", *flag])
     assert result.exit_code == 0, result.output
     assert "2 runs to do" in result.output and "tune@sst2" in result.output
     campaign = load_campaign(path)

@@ -464,6 +464,14 @@ CampaignOpt = Annotated[
 ]
 RunTasksOpt = _names_option("--task", "-t", what="Task", default="Default: campaign.tasks.")
 RunSeedsOpt = _names_option("--seed", what="Seed", default="Default: campaign.seeds.")
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="Threads per worker (default: the cores shared out among the workers); lower it "
+        "when other work shares the machine.",
+    ),
+]
 
 
 @campaign_app.command("prepare")
@@ -505,6 +513,7 @@ def campaign_run_pending(
     ] = 1,
     task: RunTasksOpt = None,
     seed: RunSeedsOpt = None,
+    threads: ThreadsOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
@@ -515,7 +524,7 @@ def campaign_run_pending(
 
     spec = load_campaign(campaign)
     task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
-    done, failed = run_pending(spec, workers, console, task_list, seed_list)
+    done, failed = run_pending(spec, workers, console, task_list, seed_list, threads=threads)
     if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
             f"{len(done)} runs written; record them in DVC's lock with: "
@@ -540,6 +549,7 @@ def campaign_tune(
     workers: Annotated[
         int, typer.Option("--workers", "-w", help="Configurations at a time.")
     ] = 1,
+    threads: ThreadsOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where <task>/tuning.md goes.")
@@ -560,7 +570,7 @@ def campaign_tune(
         console.print(f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False)
         failed: list[str] = []
     else:
-        done, failed = run_pending(spec, workers, console, task_list, kind=TUNE)
+        done, failed = run_pending(spec, workers, console, task_list, kind=TUNE, threads=threads)
         if done:
             console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
     for name, summary in write_tuning(spec, reports).items():

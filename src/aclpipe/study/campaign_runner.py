@@ -64,16 +64,20 @@ def run_pending(
     tasks: list[str] | None = None,
     seeds: list[int] | None = None,
     kind: str = RUN,
+    threads: int | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Run every pending run (``kind`` tune: every pending configuration of the tuning grid),
     ``workers`` at a time in separate processes; returns the finished folders and one line
     per failed run (its traceback is in its log, ``campaign/models/<task>/<run>-s<seed>.log``).
-    Ctrl-C cancels the runs not yet started."""
+    Each worker computes with ``threads`` threads (default: the cores shared out among the
+    workers). Ctrl-C cancels the runs not yet started."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     if workers < 1:
         raise UserError(f"--workers {workers}: give at least 1")
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads {threads}: give at least 1")
     jobs = pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds)
     for task in dict.fromkeys(task for task, _, _ in jobs):
         if not (campaign.layout.data(task) / META).exists():
@@ -86,7 +90,7 @@ def run_pending(
     failed: list[str] = []
     if not jobs:
         return done, failed
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
