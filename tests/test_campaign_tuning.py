@@ -117,6 +117,25 @@ def test_evaluate_keeps_every_exit_on_dev_and_validation(
             assert task_score(SST2, metrics) == entry["score"]
     assert report["final_score"] == report["splits"]["dev"]["final_score"]  # dev stays primary
     assert "majority_score" in report["splits"]["validation"]
+    curves = json.loads((out / "curves.json").read_text())
+    swept = curves["validation"]  # the untimed sweep on validation, where settings are chosen
+    assert [(p["policy"], p["threshold"]) for p in swept["points"]] == [
+        (p["policy"], p["threshold"]) for p in curves["points"]
+    ]
+    last = report["splits"]["validation"]["per_exit"][-1]["score"]
+    assert swept["full_model"]["score"] == last
+    for p in swept["points"]:  # each point from the saved validation logits, the slow way
+        chosen = []
+        for n in range(12):
+            probs = np.exp(saved["validation_logits"][:, n]) / np.exp(
+                saved["validation_logits"][:, n]
+            ).sum(-1, keepdims=True)
+            k = next((k for k in range(3) if p["policy"] == "confidence"
+                      and probs[k].max() >= p["threshold"]), None)  # fmt: skip
+            chosen.append(k)
+        if p["policy"] == "confidence":
+            layers = [3 if k is None else k + 1 for k in chosen]
+            assert p["mean_exit_layer"] == pytest.approx(sum(layers) / 12)
 
 
 # --- the tuning grid and the ablation seeds ---------------------------------------------------

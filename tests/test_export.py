@@ -235,6 +235,26 @@ def test_default_setting_is_the_fastest_within_one_point(tmp_path: Path) -> None
     assert chosen["policy"] == "none" and chosen["threshold"] is None
 
 
+def test_default_setting_is_chosen_on_validation_when_there_is_one(tmp_path: Path) -> None:
+    """Dev says confidence 0.8 (2.5x) is within a point; validation, where the choice is made,
+    admits only entropy 0.3: that is the default, with its dev figures beside."""
+    dev = [point("entropy", 0.3, 0.805, 1.9), point("confidence", 0.8, 0.80, 2.5)]
+    validation = [point("entropy", 0.3, 0.83, 1.8), point("confidence", 0.8, 0.81, 2.4)]
+    curves, metrics = write_reports(tmp_path, dev, reference=0.80)
+    body = json.loads(curves.read_text())
+    body["validation"] = {"full_model": {"score": 0.84}, "points": validation}
+    curves.write_text(json.dumps(body))
+    metrics.write_text(json.dumps({"final_score": 0.80, "splits": {"validation": {"final_score": 0.84}}}))
+    chosen = choose_default(curves, metrics)
+    assert (chosen["policy"], chosen["threshold"], chosen["split"]) == ("entropy", 0.3, "validation")
+    assert chosen["reference_score"] == 0.84 and chosen["score"] == 0.83
+    assert chosen["dev_score"] == 0.805 and chosen["dev_layer_speedup"] == 1.9
+    # a ce reference without a validation score: the dev choice, and it says so
+    metrics.write_text(json.dumps({"final_score": 0.80}))
+    chosen = choose_default(curves, metrics)
+    assert (chosen["policy"], chosen["split"]) == ("confidence", "dev") and "dev_score" not in chosen
+
+
 def test_default_setting_falls_back_without_reports(tmp_path: Path) -> None:
     chosen = choose_default(tmp_path / "curves.json", tmp_path / "metrics.json")
     assert (chosen["policy"], chosen["threshold"], chosen["source"]) == ("entropy", 0.3, "fallback")

@@ -9,8 +9,10 @@ exit setting keeps the score within the budget, the default is no early exit (al
 not even the full model does). It goes into
 export.json as ``default_setting``.
 
-The selection reads dev scores, as the trade-off report does today (METHODS.md wants a
-validation split carved from train; issue 14 moves the sweep there).
+When the data has a validation split (``data.validation_fraction``), the selection reads the
+validation sweep (``curves.json``'s ``validation``) against ce's validation score, and dev
+is only reported (METHODS.md: selection never touches dev); the chosen setting's dev score
+and layer speed-up are stored beside. Without one, it reads dev, and says so (``split``).
 
 When either file is missing, ``FALLBACK`` (``REGRESSION_FALLBACK`` for STS-B) is stored instead, with the reason; ``predict``
 uses it as is. Torch-free: ``predict`` reads it.
@@ -52,11 +54,17 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
         return fallback(
             f"no ce reference in {reference_path} (train and evaluate ce first)", regression
         )
-    floor = round(reference["final_score"] - BUDGET_POINTS / 100, 10)
-    full = curves.get("full_model", {})
+    split = curves.get("split", "dev")
+    reference_score = reference["final_score"]
+    chosen_on = curves
+    validation = reference.get("splits", {}).get("validation")
+    if curves.get("validation") and validation:
+        split, reference_score, chosen_on = "validation", validation["final_score"], curves["validation"]
+    floor = round(reference_score - BUDGET_POINTS / 100, 10)
+    full = chosen_on.get("full_model", {})
     candidates = [
         {"policy": "none", "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
-        *curves["points"],
+        *chosen_on["points"],
     ]
     admitted = [
         p for p in candidates if p.get("score") is not None and p["score"] >= floor - _TOLERANCE
@@ -67,16 +75,24 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
             "threshold": None,
             "source": "tradeoff",
             "reason": f"no setting, nor the full model, scores within {BUDGET_POINTS} point of "
-            f"ce's {reference['final_score']:.4f} on {curves.get('split', 'dev')}",
+            f"ce's {reference_score:.4f} on {split}",
         }
     best = max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
-    return {
+    chosen = {
         "policy": best["policy"],
         "threshold": best["threshold"],
         "source": "tradeoff",
         "budget_points": BUDGET_POINTS,
-        "reference_score": reference["final_score"],
+        "reference_score": reference_score,
         "score": best["score"],
         "layer_speedup": best["layer_speedup"],
-        "split": curves.get("split", "dev"),
+        "split": split,
     }
+    if split == "validation":  # what the choice gives on dev, where it was not made
+        on_dev = [
+            p for p in curves["points"]
+            if (p["policy"], p["threshold"]) == (best["policy"], best["threshold"])
+        ]  # fmt: skip
+        dev = on_dev[0] if on_dev else {**curves.get("full_model", {}), "layer_speedup": 1.0}
+        chosen["dev_score"], chosen["dev_layer_speedup"] = dev.get("score"), dev["layer_speedup"]
+    return chosen

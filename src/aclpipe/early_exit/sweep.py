@@ -55,6 +55,36 @@ def policy_point(
     }
 
 
+def settings_grid(task: Task, num_exits: int, grid_points: int) -> list[tuple[str, float]]:
+    """Every (policy, threshold) a sweep visits: each policy over its default grid."""
+    policies = ["patience"] if task.is_regression else list(POLICIES)
+    return [
+        (p, t) for p in policies for t in default_grid(p, task.num_labels, num_exits, grid_points)
+    ]
+
+
+def quality_sweep(
+    task: Task,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    exits: list[int],
+    num_layers: int,
+    grid_points: int,
+    eps: float,
+) -> dict:
+    """Scores and expected costs of every setting on one split's all-exit logits (no
+    timing): ``{"full_model": {"score"}, "points": [...]}``."""
+    points = [
+        policy_point(task, logits, labels, exits, num_layers, p, t, eps)
+        for p, t in settings_grid(task, len(exits), grid_points)
+    ]
+    final = logits[-1][:, 0] if task.is_regression else logits[-1].argmax(-1)
+    return {
+        "full_model": {"score": task_score(task, compute_metrics(task, final, labels))},
+        "points": points,
+    }
+
+
 def _batches(rows: list[dict], size: int, pad_id: int, regression: bool) -> list[dict]:
     out = []
     for start in range(0, len(rows), size):
@@ -122,14 +152,9 @@ def sweep(
     axis); when given, each timed point also gets ``timed_layer_speedup``.
     """
     exits, num_layers = model.spec.exits, model.num_layers
-    policies = ["patience"] if task.is_regression else list(POLICIES)
-    settings = [
-        (p, t) for p in policies for t in default_grid(p, task.num_labels, len(exits), grid_points)
-    ]
-    points = [policy_point(task, logits, labels, exits, num_layers, p, t, eps) for p, t in settings]
-    full_logits = logits[-1]
-    full_predictions = full_logits[:, 0] if task.is_regression else full_logits.argmax(-1)
-    full_score = task_score(task, compute_metrics(task, full_predictions, labels))
+    settings = settings_grid(task, len(exits), grid_points)
+    quality = quality_sweep(task, logits, labels, exits, num_layers, grid_points, eps)
+    points, full_score = quality["points"], quality["full_model"]["score"]
     timing = (
         time_settings(model, timing_rows, settings, pad_id, task.is_regression, eps, repeats)
         if timing_rows

@@ -15,7 +15,7 @@ from aclpipe import atomic
 from aclpipe.config import EvaluateConfig
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
-from aclpipe.early_exit.sweep import sweep
+from aclpipe.early_exit.sweep import quality_sweep, sweep
 from aclpipe.evaluation import caveats
 from aclpipe.evaluation.scoring import (
     all_exit_logits,
@@ -82,7 +82,9 @@ def evaluate(
     """Score every exit on each dev split and on the validation split if the data has one
     (``metrics.json``); keep every exit's logits per example (``predictions.npz``:
     ``exits``, ``num_layers``, ``<split>_logits`` ``[E, N, C]`` float32 and ``<split>_labels``
-    ``[N]``); sweep the exit policies on the first dev split (``curves.json``, ``curves.csv``).
+    ``[N]``); sweep the exit policies on the first dev split, timed (``curves.json``,
+    ``curves.csv``), and on the validation split, untimed (``curves.json``'s ``validation``:
+    where ``export-exits`` and the reports choose a setting, so that dev is only scored).
 
     Beside each split's scores, ``metrics.json`` holds the majority-class floor
     (``majority_score``, ``majority_metrics``: a constant prediction of the most frequent
@@ -152,6 +154,16 @@ def evaluate(
                 timing_index,
             )
         )
+        if f"{VALIDATION}_logits" in predictions:  # where exit settings are chosen
+            curves[VALIDATION] = quality_sweep(
+                task,
+                predictions[f"{VALIDATION}_logits"],
+                predictions[f"{VALIDATION}_labels"],
+                exits,
+                model.num_layers,
+                cfg.grid_points,
+                cfg.patience_eps,
+            )
     else:
         curves["full_model"] = {"score": report["final_score"]}
     with atomic.atomic_files(out_dir, last=METRICS) as tmp:  # one set, metrics last
