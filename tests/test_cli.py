@@ -210,7 +210,8 @@ def test_unknown_method(workdir: Path, stage: str) -> None:
 @pytest.mark.parametrize(
     ("item", "fragment"),
     [("train.learning_rate=1", "train.learning_rate"), ("train.lr", "key=value"),
-     ("train.batch_size=0", "train.batch_size"), ("model.pooling=max", "model.pooling")],
+     ("train.batch_size=0", "train.batch_size"), ("model.pooling=max", "model.pooling"),
+     ("evaluate.engines=[torch,tensorrt]", "evaluate.engines[1]")],
 )  # fmt: skip
 def test_bad_set(workdir: Path, stage: str, item: str, fragment: str) -> None:
     assert_user_error(invoke(stage, "-t", "sst2", "--set", item), fragment)

@@ -115,10 +115,25 @@ def test_params_not_a_mapping() -> None:
         ({"methods": {"joint": {"weights": "square"}}}, "methods.joint.weights"),
         ({"methods": {"scl": {"tau": 0}}}, "methods.scl.tau"),
         ({"methods": {"romebert": {"gamma": 1.1}}}, "methods.romebert.gamma"),
+        ({"evaluate": {"engines": ["tensorrt"]}}, "evaluate.engines[0]"),
+        ({"evaluate": {"engines": []}}, "evaluate.engines"),
+        ({"evaluate": {"engines": ["onnx", "onnx"]}}, "evaluate.engines"),
+        ({"evaluate": {"engines": "onnx"}}, "evaluate.engines"),
     ],
 )
 def test_out_of_range(raw: dict, key: str) -> None:
     assert key in user_error(raw)
+
+
+def test_evaluate_engines() -> None:
+    """Both engines by default (params.yaml says so too); either alone; a bad name: one line."""
+    assert params_from_dict({}).evaluate.engines == ["torch", "onnx"]
+    assert load_params(REPO / "params.yaml").evaluate.engines == ["torch", "onnx"]
+    assert params_from_dict({"evaluate": {"engines": ["torch"]}}).evaluate.engines == ["torch"]
+    assert params_from_dict({"evaluate": {"engines": ["onnx"]}}).evaluate.engines == ["onnx"]
+    assert user_error({"evaluate": {"engines": ["tensorrt"]}}) == (
+        "evaluate.engines[0] is 'tensorrt': use one of torch, onnx"
+    )
 
 
 def test_choice_error_lists_the_choices() -> None:

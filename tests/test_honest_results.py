@@ -12,6 +12,8 @@ import io
 import json
 import re
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +28,16 @@ from aclpipe.config import EvaluateConfig
 from aclpipe.data.glue_sources import read_local
 from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.predict import predict_lines
-from aclpipe.early_exit.sweep import sweep
+from aclpipe.early_exit.sweep import check_engines, full_model_timing, speedups, sweep
 from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
-from aclpipe.evaluation.evaluate import evaluate, render_curves, score_warnings, timing_warnings
+from aclpipe.evaluation.evaluate import (
+    curves_csv,
+    evaluate,
+    render_curves,
+    score_warnings,
+    timing_warnings,
+)
 from aclpipe.evaluation.scoring import majority_prediction, majority_scores
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
@@ -105,7 +113,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, make_project, tiny_model_d
     return work
 
 
-def run_evaluate(project: Path, monkeypatch: pytest.MonkeyPatch, logits_for) -> tuple[dict, str]:
+def run_evaluate(project: Path, monkeypatch: pytest.MonkeyPatch, logits_for,
+                 cfg: EvaluateConfig | None = None) -> tuple[dict, str]:  # fmt: skip
     """evaluate() with the all-exit logits replaced by ``logits_for(labels)``: ``[E, N, C]``."""
 
     def fake(model, rows, *args, **kwargs):
@@ -114,7 +123,7 @@ def run_evaluate(project: Path, monkeypatch: pytest.MonkeyPatch, logits_for) -> 
     monkeypatch.setattr(evaluate_module, "all_exit_logits", fake)
     console, out = quiet()
     out_dir = project / "reports" / "sst2" / "ce"
-    cfg = EvaluateConfig(batch_size=16, grid_points=3, timing_examples=0)
+    cfg = cfg or EvaluateConfig(batch_size=16, grid_points=3, timing_examples=0)
     report = evaluate(TASKS["sst2"], "ce", project / "models" / "sst2" / "ce",
                       project / "data" / "sst2", out_dir, cfg, console=console)  # fmt: skip
     assert json.loads((out_dir / "metrics.json").read_text(encoding="utf-8")) == report
@@ -183,10 +192,15 @@ def test_timing_floor() -> None:
     assert caveats.timing_note(64) == "timed on 64 dev examples"
 
 
-def curves_with(measured: float, examples: int = 64) -> dict:
+def curves_with(measured: float, examples: int = 64, onnx: float | None = None) -> dict:
+    """One point with bound 6.0; ``onnx``: ONNX Runtime's own speed-up at batch 1 (else a
+    curves.json from before the onnx engine)."""
     point = {"policy": "confidence", "threshold": 0.5, "score": 0.5, "mean_exit_layer": 1.0,
              "layer_speedup": 6.0, "timed_layer_speedup": 6.0,
              "measured_speedup_batch1": measured, "measured_speedup_batch32": 5.0}  # fmt: skip
+    if onnx is not None:
+        point.update(onnx_speedup_batch1=onnx, onnx_speedup_batch32=5.5,
+                     onnx_vs_torch_full_batch1=15.0, onnx_vs_torch_full_batch32=11.0)  # fmt: skip
     return {"task": "cola", "method": "joint", "timing_examples": examples, "timing_repeats": 3,
             "points": [point]}  # fmt: skip
 
@@ -216,23 +230,121 @@ def test_measured_above_the_bound_is_noise() -> None:
     assert "too few to trust" in render(render_curves(curves_with(3.0, examples=16)))
 
 
-def test_sweep_records_the_timed_bound(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_onnx_speedups_shown_and_judged_by_the_same_bound() -> None:
+    """ONNX Runtime's early exit over its own full model has the layer bound; over the full
+    PyTorch model it has none (the engine's own gain), so 15x there is not marked."""
+    curves = curves_with(6.2, onnx=6.89)
+    table = render(render_curves(curves))
+    header = next(line for line in table.splitlines() if "policy" in line)
+    assert [h.strip() for h in header.strip("┃│ ").split("┃")][5:] == [
+        "torch b1", "torch b32", "onnx b1", "onnx b32", "onnx/torch-full b1", "onnx/torch-full b32"
+    ]  # fmt: skip
+    assert "6.20x " in table and "6.89x*" in table and "15.00x " in table and "15.00x*" not in table
+    assert "onnx/torch-full: the full PyTorch model's time" in table  # the caption: which is which
+    (line,) = timing_warnings(curves)
+    assert "1 measured speed-up above" in line and "confidence@0.5 (onnx) at batch 1" in line
+    rows = curves_csv(curves["points"]).splitlines()
+    assert rows[0].endswith(",measured_speedup_batch1,measured_speedup_batch32,onnx_speedup_batch1,"
+                            "onnx_speedup_batch32,onnx_vs_torch_full_batch1,onnx_vs_torch_full_batch32")  # fmt: skip
+    assert rows[1].endswith(",6.2,5,6.89,5.5,15,11")
+    old = curves_with(2.0)  # written before the onnx engine: empty cells, "-" in the table
+    assert curves_csv(old["points"]).splitlines()[1].endswith(",2,5,,,,")
+    assert render(render_curves(old)).count(" - ") >= 4
+
+
+def test_evaluate_times_the_engines_it_is_given(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """evaluate.engines reaches the sweep: [torch] times PyTorch alone, onnx columns stay empty."""
+    cfg = EvaluateConfig(batch_size=16, grid_points=3, timing_examples=4, timing_repeats=1,
+                         engines=["torch"])  # fmt: skip
+    run_evaluate(project, monkeypatch, good_logits, cfg)
+    folder = project / "reports" / "sst2" / "ce"
+    curves = json.loads((folder / "curves.json").read_text(encoding="utf-8"))
+    assert curves["timing_engines"] == ["torch"]
+    assert all(p["measured_speedup_batch1"] > 0 and "onnx_speedup_batch1" not in p
+               for p in curves["points"])  # fmt: skip
+    header, first = (folder / "curves.csv").read_text(encoding="utf-8").splitlines()[:2]
+    assert header.split(",")[-4:] == ["onnx_speedup_batch1", "onnx_speedup_batch32",
+                                      "onnx_vs_torch_full_batch1", "onnx_vs_torch_full_batch32"]  # fmt: skip
+    assert first.endswith(",,,,") and float(first.split(",")[6]) > 0
+
+
+ONNX_KEYS = ("onnx_speedup", "onnx_vs_torch_full")
+
+
+@pytest.mark.parametrize("engines", [("torch", "onnx"), ("torch",)])
+def test_sweep_records_the_timed_bound(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engines: tuple
+) -> None:
+    """Every engine's speed-ups, per point and batch size; the onnx engine's temporary
+    segments are gone afterwards. Sizes are not checked: timings are noise on a tiny model."""
+    from aclpipe.early_exit.policies import exit_indices
     from aclpipe.modeling.model import load_multi_exit
 
     model = load_multi_exit(save_model(tmp_path / "m", tiny_model_dir))
-    rows = [{"input_ids": [2, 5 + i % 7, 6, 3], "label": i % 2} for i in range(6)]
+    rows = [{"input_ids": [2, 5 + i % 7, 6, 3][: 2 + i % 3], "label": i % 2} for i in range(6)]
     logits = np.random.default_rng(0).normal(size=(3, 6, 2)).astype(np.float32)  # [E, N, C]
     labels = np.array([r["label"] for r in rows])
-    index = [1, 4]
+    index = [1, 2, 3]  # lengths 3, 4, 2: a padded batch at batch 32
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     out = sweep(TASKS["sst2"], model, logits, labels, [rows[i] for i in index], 0, 3, 1, 0.1,
-                index)  # fmt: skip
-    assert (out["timing_examples"], out["timing_repeats"], out["timing_batch_sizes"]) == (2, 1, [1, 32])  # fmt: skip
+                index, engines)  # fmt: skip
+    assert (out["timing_examples"], out["timing_repeats"], out["timing_batch_sizes"]) == (3, 1, [1, 32])  # fmt: skip
+    assert out["timing_engines"] == list(engines)
+    assert list(scratch.iterdir()) == []
+    full = out["full_model"]
+    keys = ["measured_speedup", *(ONNX_KEYS if "onnx" in engines else ())]
     for point in out["points"]:
-        from aclpipe.early_exit.policies import exit_indices
-
         chosen = exit_indices(point["policy"], point["threshold"], logits[:, index])
-        assert point["timed_layer_speedup"] == pytest.approx(2 * 3 / (chosen + 1).sum())
-        assert point["measured_speedup_batch1"] > 0
+        assert point["timed_layer_speedup"] == pytest.approx(3 * 3 / (chosen + 1).sum())
+        speedups = {k: v for k, v in point.items() if k.endswith(("_batch1", "_batch32"))}
+        assert sorted(speedups) == sorted(f"{k}_batch{b}" for k in keys for b in (1, 32))
+        assert all(np.isfinite(v) and v > 0 for v in speedups.values()), speedups
+        if "onnx" in engines:  # both ratios share the same ONNX early-exit time
+            for b in (1, 32):
+                ratio = point[f"onnx_vs_torch_full_batch{b}"] / point[f"onnx_speedup_batch{b}"]
+                assert ratio == pytest.approx(full[f"onnx_vs_torch_full_batch{b}"])
+    for b in (1, 32):
+        assert full[f"seconds_batch{b}"] > 0
+        if "onnx" in engines:
+            assert full[f"onnx_vs_torch_full_batch{b}"] == pytest.approx(
+                full[f"seconds_batch{b}"] / full[f"onnx_seconds_batch{b}"]
+            )
+        else:
+            assert f"onnx_seconds_batch{b}" not in full
+            assert f"onnx_vs_torch_full_batch{b}" not in full
+
+
+def test_speedups_per_engine() -> None:
+    """Each ratio from the seconds of the engines timed, and only those."""
+    seconds = {"torch": {"full": 6.0, "settings": [3.0]}, "onnx": {"full": 2.0, "settings": [0.5]}}
+    assert speedups(seconds, 0, 1) == {"measured_speedup_batch1": 2.0, "onnx_speedup_batch1": 4.0,
+                                       "onnx_vs_torch_full_batch1": 12.0}  # fmt: skip
+    assert speedups({"torch": seconds["torch"]}, 0, 32) == {"measured_speedup_batch32": 2.0}
+    assert speedups({"onnx": seconds["onnx"]}, 0, 1) == {"onnx_speedup_batch1": 4.0}
+    assert full_model_timing({1: seconds}) == {"seconds_batch1": 6.0, "onnx_seconds_batch1": 2.0,
+                                               "onnx_vs_torch_full_batch1": 3.0}  # fmt: skip
+
+
+def test_onnx_engine_without_onnxruntime_is_one_line(
+    project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Asked for and not installed: one line, before the dev split is scored (no fallback)."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    monkeypatch.setattr(evaluate_module, "all_exit_logits", lambda *a, **k: pytest.fail("scored"))
+    cfg = EvaluateConfig(batch_size=16, grid_points=3, timing_examples=4)
+    with pytest.raises(UserError) as err:
+        evaluate(TASKS["sst2"], "ce", project / "models" / "sst2" / "ce",
+                 project / "data" / "sst2", tmp_path / "out", cfg, console=quiet()[0])  # fmt: skip
+    assert str(err.value) == (
+        "evaluate.engines lists onnx, but onnxruntime is not installed: `pip install "
+        "onnxruntime`, or time PyTorch alone (evaluate.engines: [torch])"
+    )
+    assert not (tmp_path / "out").exists()
+    check_engines(["torch"])  # PyTorch alone needs no onnxruntime
 
 
 # --- the trade-off report -------------------------------------------------------------------

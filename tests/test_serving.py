@@ -109,6 +109,13 @@ def test_policy_none_is_the_last_exit(export_dir: Path) -> None:
         expected = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits[-1]
     assert (got.exit_layer == 3).all()
     np.testing.assert_allclose(got.logits, expected.numpy(), atol=LOGITS_TOLERANCE, rtol=0)
+    # evaluate's sweep: one load of the graphs, every setting on the same sessions
+    loaded = OnnxEarlyExit(export_dir, "confidence", 0.6)
+    full = loaded.with_setting("none", None)
+    assert full.segments is loaded.segments and loaded.policy == "confidence"
+    np.testing.assert_array_equal(full(**batch).logits, got.logits)
+    with pytest.raises(UserError, match="entropy threshold"):
+        loaded.with_setting("entropy", 5.0)
 
 
 BLOCKER = """

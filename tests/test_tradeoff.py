@@ -21,7 +21,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # picks a different setting: 0 -> entropy@0.3, 1 -> patience@1, 2 -> entropy@0.5,
 # 5 -> confidence@0.8; confidence@0.6 is fastest but never within budget.
 JOINT_POINTS = [
-    # policy, threshold, score, expected_time_ratio, measured b1, measured b32
+    # policy, threshold, score, expected_time_ratio, measured b1, measured b32 (PyTorch)
     ("entropy", 0.1, 0.805, 0.8, 1.10, 1.20),
     ("entropy", 0.3, 0.800, 0.625, 1.40, 1.50),
     ("entropy", 0.5, 0.785, 0.5, 1.70, 1.90),
@@ -29,6 +29,17 @@ JOINT_POINTS = [
     ("confidence", 0.8, 0.760, 0.4, 2.10, 2.30),
     ("confidence", 0.6, 0.700, 0.25, 3.00, 3.50),
 ]
+# per point, ONNX Runtime: onnx_speedup b1, b32; onnx_vs_torch_full b1, b32
+ONNX_POINTS = [
+    (1.15, 1.22, 2.60, 2.10),
+    (1.45, 1.55, 3.30, 2.70),
+    (1.85, 1.95, 4.20, 3.40),
+    (1.60, 1.70, 3.60, 3.00),
+    (2.30, 2.40, 5.20, 4.10),
+    (3.40, 3.80, 7.70, 6.40),
+]
+ONNX_FIELDS = ["onnx_speedup_batch1", "onnx_speedup_batch32",
+               "onnx_vs_torch_full_batch1", "onnx_vs_torch_full_batch32"]  # fmt: skip
 
 
 def quiet() -> tuple[Console, io.StringIO]:
@@ -47,17 +58,21 @@ def write_metrics(folder: Path, method: str, scores: dict[int, float]) -> None:
     (folder / method / "metrics.json").write_text(json.dumps(report), encoding="utf-8")
 
 
-def write_curves(folder: Path, method: str, full_score: float) -> None:
+def write_curves(folder: Path, method: str, full_score: float, onnx: bool = True) -> None:
+    """``onnx=False``: a curves.json from before the onnx engine (PyTorch timings only)."""
     points = [
         {"policy": p, "threshold": t, "score": s, "metrics": {"accuracy": s},
          "mean_exit_layer": 4 * r, "expected_time_ratio": r, "layer_speedup": 1 / r,
-         "measured_speedup_batch1": b1, "measured_speedup_batch32": b32}
-        for p, t, s, r, b1, b32 in JOINT_POINTS
+         "measured_speedup_batch1": b1, "measured_speedup_batch32": b32,
+         **(dict(zip(ONNX_FIELDS, engine)) if onnx else {})}
+        for (p, t, s, r, b1, b32), engine in zip(JOINT_POINTS, ONNX_POINTS)
     ]  # fmt: skip
+    full = {"score": full_score, "seconds_batch1": 2.0, "seconds_batch32": 0.5}
+    if onnx:
+        full.update(onnx_seconds_batch1=0.8, onnx_seconds_batch32=0.25,
+                    onnx_vs_torch_full_batch1=2.5, onnx_vs_torch_full_batch32=2.0)  # fmt: skip
     curves = {"task": TASK, "method": method, "exits": [1, 2, 3, 4], "num_layers": 4,
-              "split": "dev", "timing_examples": 64,
-              "full_model": {"score": full_score, "seconds_batch1": 2.0, "seconds_batch32": 0.5},
-              "points": points}  # fmt: skip
+              "split": "dev", "timing_examples": 64, "full_model": full, "points": points}  # fmt: skip
     (folder / method / "curves.json").write_text(json.dumps(curves), encoding="utf-8")
 
 
@@ -98,11 +113,13 @@ def test_budget_selection_by_hand(reports: Path, no_plots: None) -> None:
     # the measured speed-ups are those of the chosen point, not the best measured ones
     row = pick(result, "joint", 2)
     assert (row["measured_speedup_batch1"], row["measured_speedup_batch32"]) == (1.70, 1.90)
-    # ce's full model meets every budget at speed-up 1
+    assert [row[f] for f in ONNX_FIELDS] == [1.85, 1.95, 4.20, 3.40]  # each engine's, same point
+    # ce's full model meets every budget at speed-up 1; ce was never timed on ONNX Runtime
     for budget in (0, 1, 2, 5):
         row = pick(result, "ce", budget)
         assert row["policy"] == "full" and row["layer_speedup"] == 1.0
         assert row["measured_speedup_batch1"] == row["measured_speedup_batch32"] == 1.0
+        assert all(row[f] is None for f in ONNX_FIELDS)
 
 
 def test_dash_when_no_point_meets_the_budget(reports: Path, no_plots: None) -> None:
@@ -166,15 +183,21 @@ def test_every_file_is_written_and_parses_back(reports: Path) -> None:
 
     rows = read_csv(task_dir / "tradeoff.csv")
     assert len(rows) == 3 * 4
+    assert list(rows[0])[-6:] == ["measured_speedup_batch1", "measured_speedup_batch32",
+                                  *ONNX_FIELDS]  # fmt: skip
     joint2 = next(r for r in rows if r["method"] == "joint" and r["budget_points"] == "2")
     assert joint2["policy"] == "entropy" and float(joint2["threshold"]) == 0.5
     assert float(joint2["score"]) == pytest.approx(0.785)
+    assert [float(joint2[f]) for f in ONNX_FIELDS] == [1.85, 1.95, 4.20, 3.40]
+    assert all(r[f] == "" for r in rows if r["method"] == "ce" for f in ONNX_FIELDS)
     scl0 = next(r for r in rows if r["method"] == "scl" and r["budget_points"] == "0")
     assert scl0["policy"] == "" and scl0["layer_speedup"] == ""
 
     curves = read_csv(task_dir / "tradeoff_curves.csv")
     assert len(curves) == len(JOINT_POINTS) + 3  # every sweep point, plus each full model
     assert {r["method"] for r in curves if r["policy"] == "full"} == {"ce", "joint", "scl"}
+    joint_full = next(r for r in curves if r["method"] == "joint" and r["policy"] == "full")
+    assert [joint_full[f] for f in ONNX_FIELDS] == ["1.0", "1.0", "2.5", "2.0"]
     assert (
         float(next(r for r in curves if r["policy"] == "patience")["expected_time_ratio"]) == 0.55
     )
@@ -187,6 +210,9 @@ def test_every_file_is_written_and_parses_back(reports: Path) -> None:
 
     md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
     assert "80.00" in md and "measured speed-up" in md and "64 dev examples" in md
+    assert ("2.00× (78.50); torch 1.70× / 1.90×; onnx 1.85× / 1.95×; "
+            "onnx/torch-full 4.20× / 3.40×; entropy@0.5") in md  # fmt: skip
+    assert "onnx/torch-full: the full PyTorch model's time" in md  # what each engine's ratio is
     assert "| joint | 62.00 | 71.00 | 78.00 | 81.00 |" in md
     assert "| ce |  |  |  | 80.00 |" in md  # blank where there is no exit
     for png in ("tradeoff_score_vs_time.png", "exit_scores.png"):
@@ -202,3 +228,31 @@ def test_multi_exit_method_without_curves_counts_its_full_model(
     assert pick(result, "joint", 0)["policy"] == "full"
     assert "joint on rte has no curves.json" in out.getvalue()
     assert result["num_layers"] == 4
+
+
+def test_curves_without_onnx_timings_still_render(reports: Path, no_plots: None) -> None:
+    """A curves.json from before the onnx engine (or evaluate.engines: [torch]): "-"."""
+    write_curves(reports / TASK, "joint", 0.81, onnx=False)
+    console, out = quiet()
+    result = tradeoff(TASK, reports, console=console)
+    assert all(pick(result, "joint", b)[f] is None for b in (0, 1, 2, 5) for f in ONNX_FIELDS)
+    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    assert ("2.00× (78.50); torch 1.70× / 1.90×; onnx - / -; onnx/torch-full - / -; "
+            "entropy@0.5") in md  # fmt: skip
+    assert "onnx - / -" in out.getvalue()
+    rows = read_csv(reports / TASK / "tradeoff.csv")
+    assert all(r[f] == "" for r in rows for f in ONNX_FIELDS)
+
+
+def test_onnx_speedup_above_its_bound_is_marked(reports: Path, no_plots: None) -> None:
+    """ONNX Runtime's early exit over its own full model has the layer bound (entropy@0.5:
+    2.00x); over the full PyTorch model it has none."""
+    path = reports / TASK / "joint" / "curves.json"
+    curves = json.loads(path.read_text(encoding="utf-8"))
+    curves["points"][2].update(onnx_speedup_batch1=2.2, onnx_vs_torch_full_batch1=9.0)
+    path.write_text(json.dumps(curves), encoding="utf-8")
+    result = tradeoff(TASK, reports, console=quiet()[0])
+    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    assert "onnx 2.20×* / 1.95×; onnx/torch-full 9.00× / 3.40×" in md
+    (line,) = [w for w in result["warnings"] if "timing noise" in w]
+    assert "1 measured speed-up above" in line and "entropy@0.5 (onnx) at batch 1" in line

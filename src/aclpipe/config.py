@@ -16,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -91,6 +91,9 @@ class EvaluateConfig:
     patience_eps: float = 0.1  # patience on regression (STS-B): outputs agree when |diff| < eps
     timing_examples: int = 128  # dev examples the speed-ups are measured on (0: no timing)
     timing_repeats: int = 3  # timed repeats after a warm-up; the median is reported
+    # engines the speed-ups are timed on: torch (PyTorch eager) and onnx (ONNX Runtime on the
+    # segments, exported for the sweep into a temporary folder; needs onnxruntime)
+    engines: list[Literal["torch", "onnx"]] = field(default_factory=lambda: ["torch", "onnx"])
 
 
 @dataclass
@@ -193,6 +196,11 @@ def _check_range(key: str, value: Any) -> None:
     if key == "data.validation_fraction" and not 0 <= value < 1:
         raise UserError(
             f"{key} must be in [0, 1) (a share of train; 0 = no validation split), got {value!r}"
+        )
+    if key == "evaluate.engines" and (not value or len(set(value)) < len(value)):
+        raise UserError(
+            f"{key} is {value!r}: list torch, onnx or both, each once (evaluate.timing_examples: "
+            "0 turns timing off)"
         )
     if key == "evaluate.grid_points" and value < 2:
         raise UserError(f"{key} must be >= 2 (a grid has two ends), got {value!r}")

@@ -50,10 +50,13 @@ PARITY_ROWS = 6  # rows of spread lengths in the parity batch (plus one row on i
 
 def uses_token_types(model: MultiExitModel, tokenizer) -> bool:
     """True when the tokenizer makes ``token_type_ids`` and the embeddings take them."""
+    return "token_type_ids" in tokenizer.model_input_names and takes_token_types(model)
+
+
+def takes_token_types(model: MultiExitModel) -> bool:
     import inspect
 
-    accepted = inspect.signature(model.encoder.embeddings.forward).parameters
-    return "token_type_ids" in tokenizer.model_input_names and "token_type_ids" in accepted
+    return "token_type_ids" in inspect.signature(model.encoder.embeddings.forward).parameters
 
 
 def save_model_folder(model: MultiExitModel, tokenizer, folder: Path, task: Task) -> None:
@@ -85,6 +88,26 @@ def parity_batches(rows: list[dict], pad_id: int, names: list[str]) -> list[dict
             batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
         batches.append({name: batch[name] for name in names})  # each [b, T] int64
     return batches
+
+
+def write_timing_segments(
+    model: MultiExitModel, rows: list[dict], pad_id: int, regression: bool, folder: Path
+) -> None:
+    """The segments alone, checked against PyTorch on ``rows`` as ``export_exits`` checks
+    them, and an ``export.json`` with what ``OnnxEarlyExit`` reads, into ``folder``.
+
+    For evaluate's sweep, which times the ONNX Runtime engine before ``export-exits`` runs
+    (the export reads the sweep's curves.json). The graphs take ``token_type_ids`` when the
+    rows carry them and the embeddings read them, as the PyTorch runs they are timed beside.
+    """
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in rows[0] and takes_token_types(model):
+        names.append("token_type_ids")
+    batches = parity_batches(rows, pad_id, names)
+    graphs = write_segments(model, names, batches, folder, model.encoder.config.model_type)
+    record = {"exits": model.spec.exits, "num_labels": model.spec.num_labels,
+              "regression": regression, **graphs}  # fmt: skip
+    (folder / EXPORT_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def graph_opset(path: Path) -> int:

@@ -21,6 +21,7 @@ shapes change from segment to segment, and the copies they would save are a few 
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,11 +82,10 @@ class OnnxEarlyExit:
 
         record = read_export(folder)
         self.exits: list[int] = list(record["exits"])
-        self.regression = bool(record.get("regression", record["num_labels"] == 1))
-        if policy != "none":
-            check_threshold(policy, threshold, record["num_labels"], len(self.exits))
-            check_policy(policy, self.regression)
-        self.policy, self.threshold, self.eps = policy, threshold, eps
+        self.num_labels = int(record["num_labels"])
+        self.regression = bool(record.get("regression", self.num_labels == 1))
+        self.eps = eps
+        self._use(policy, threshold)
         options = session_options(threads)
         cpu = ["CPUExecutionProvider"]
         files = [record["embeddings"]["file"], *(s["file"] for s in record["segments"])]
@@ -99,8 +99,21 @@ class OnnxEarlyExit:
         self.embeddings, self.segments = sessions[0], sessions[1:]
         self.inputs = [i.name for i in self.embeddings.get_inputs()]  # what h_0 reads
         self.exit_layers = np.array(self.exits, dtype=np.int64)
+
+    def _use(self, policy: str, threshold: float | None) -> None:
+        if policy != "none":
+            check_threshold(policy, threshold, self.num_labels, len(self.exits))
+            check_policy(policy, self.regression)
+        self.policy, self.threshold = policy, threshold
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
         self.window = window_size(policy, threshold)
+
+    def with_setting(self, policy: str, threshold: float | None) -> OnnxEarlyExit:
+        """The same sessions under another policy (evaluate's sweep times every setting on
+        one load of the graphs)."""
+        other = copy.copy(self)
+        other._use(policy, threshold)
+        return other
 
     def __call__(
         self,

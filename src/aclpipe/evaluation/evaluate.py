@@ -15,7 +15,7 @@ from aclpipe import atomic
 from aclpipe.config import EvaluateConfig
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
-from aclpipe.early_exit.sweep import quality_sweep, sweep
+from aclpipe.early_exit.sweep import check_engines, quality_sweep, sweep
 from aclpipe.evaluation import caveats
 from aclpipe.evaluation.scoring import (
     all_exit_logits,
@@ -94,6 +94,8 @@ def evaluate(
     """
     batch_size = cfg.batch_size
     console = console or Console()
+    if cfg.sweep and cfg.timing_examples:
+        check_engines(cfg.engines)  # before scoring: a missing onnxruntime says so at once
     model = load_multi_exit(model_dir).to(device)
     pad_id = model.encoder.config.pad_token_id or 0
     exits = model.spec.exits
@@ -152,6 +154,7 @@ def evaluate(
                 cfg.timing_repeats,
                 cfg.patience_eps,
                 timing_index,
+                cfg.engines,
             )
         )
         if f"{VALIDATION}_logits" in predictions:  # where exit settings are chosen
@@ -203,10 +206,11 @@ def timing_warnings(curves: dict) -> list[str]:
     name = f"{curves['task']}/{curves['method']}"
     lines = [caveats.few_timed_warning(name, examples)] if caveats.too_few_timed(examples) else []
     flagged = [
-        (f"{p['policy']}@{p['threshold']:g}", size, p[key], caveats.speedup_bound(p))
+        (f"{p['policy']}@{p['threshold']:g}{label}", size, p[key], caveats.speedup_bound(p))
         for p in curves["points"]
+        for prefix, label in caveats.BOUNDED_SPEEDUPS
         for size in (1, 32)
-        if caveats.is_noise(p.get(key := f"measured_speedup_batch{size}"), caveats.speedup_bound(p))
+        if caveats.is_noise(p.get(key := f"{prefix}_batch{size}"), caveats.speedup_bound(p))
     ]
     if flagged:
         note = caveats.timing_note(examples, curves.get("timing_repeats"))
@@ -223,6 +227,10 @@ CURVE_COLUMNS = (
     "layer_speedup",
     "measured_speedup_batch1",
     "measured_speedup_batch32",
+    "onnx_speedup_batch1",
+    "onnx_speedup_batch32",
+    "onnx_vs_torch_full_batch1",
+    "onnx_vs_torch_full_batch32",
 )
 
 
@@ -246,7 +254,8 @@ def render_curves(curves: dict) -> Table:
     table = Table(
         title=f"{curves['task']} / {curves['method']}: exit policies "
         f"(speed measured on {curves.get('timing_examples', 0)} dev examples)",
-        caption=f"speed-ups {caveats.timing_note(curves.get('timing_examples'), curves.get('timing_repeats'))}; "
+        caption=f"{caveats.ENGINES_NOTE}; speed-ups "
+        f"{caveats.timing_note(curves.get('timing_examples'), curves.get('timing_repeats'))}; "
         f"{caveats.NOISE_FOOTNOTE}",
     )
     for column in (
@@ -255,20 +264,22 @@ def render_curves(curves: dict) -> Table:
         "score",
         "mean layer",
         "layer speed-up",
-        "measured b1",
-        "measured b32",
-    ):
+        *(f"{engine} b{size}" for engine in ("torch", "onnx", "onnx/torch-full") for size in (1, 32)),
+    ):  # fmt: skip
         table.add_column(column, justify="left" if column == "policy" else "right")
     for p in curves["points"]:
+        bound = caveats.speedup_bound(p)
         table.add_row(
             p["policy"],
             f"{p['threshold']:g}",
             f"{100 * p['score']:.2f}",
             f"{p['mean_exit_layer']:.2f}",
             f"{p['layer_speedup']:.2f}x",
-            _speed(p.get("measured_speedup_batch1"), caveats.speedup_bound(p)),
-            _speed(p.get("measured_speedup_batch32"), caveats.speedup_bound(p)),
-        )
+            *(_speed(p.get(f"{key}_batch{size}"), bound if bounded else None)
+              for key, bounded in (("measured_speedup", True), ("onnx_speedup", True),
+                                   ("onnx_vs_torch_full", False))
+              for size in (1, 32)),
+        )  # fmt: skip
     return table
 
 

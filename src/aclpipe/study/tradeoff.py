@@ -3,8 +3,11 @@
 The reference is the full ``ce`` model's dev score. For a budget of ``b`` points (x100), a
 method's admissible settings are those of its early-exit sweep (``curves.json``), and its full
 model, that score at least ``reference - b / 100``; we report the one with the best layer
-speed-up, with that same setting's measured speed-ups at batch 1 and 32. Also the score of
-every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``.
+speed-up, with that same setting's measured speed-ups at batch 1 and 32, per engine
+(``aclpipe.early_exit.sweep``): PyTorch early exit over the PyTorch full model, ONNX Runtime's
+over its own full model, and ONNX Runtime's over the PyTorch full model; "-" where a
+curves.json holds no such timing (older ones, or ``evaluate.engines: [torch]``). Also the score
+of every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``.
 
 Beside every table: the majority-class score (``metrics.json``'s ``majority_score``, METHODS.md
 "Comparisons"); a method whose full model is at or below it and a budget whose floor is at or
@@ -40,6 +43,8 @@ _TOLERANCE = 1e-9
 POINT_FIELDS = [
     "policy", "threshold", "score", "mean_exit_layer", "expected_time_ratio",
     "layer_speedup", "measured_speedup_batch1", "measured_speedup_batch32",
+    "onnx_speedup_batch1", "onnx_speedup_batch32",
+    "onnx_vs_torch_full_batch1", "onnx_vs_torch_full_batch32",
 ]  # fmt: skip
 ROW_FIELDS = ["method", "budget_points", "min_score", *POINT_FIELDS]
 CURVE_FIELDS = ["method", *POINT_FIELDS]
@@ -96,14 +101,21 @@ def load_results(task: str, task_dir: Path, methods: list[str] | None) -> tuple[
 
 
 def full_model_point(result: dict) -> dict:
-    """The method's full model as a setting: every sample leaves at the last exit."""
+    """The method's full model as a setting: every sample leaves at the last exit. Its speed-up
+    over itself is 1 on each engine timed; on ONNX Runtime, over the full PyTorch model, it is
+    what the sweep measured (``full_model.onnx_vs_torch_full_batch{b}``), else unknown."""
     metrics, curves = result["metrics"], result["curves"]
     full = (curves or {}).get("full_model", {})
     ratio = full.get("expected_time_ratio", 1.0)
+    onnx = {f"onnx_speedup_batch{b}": 1.0 if f"onnx_seconds_batch{b}" in full else None
+            for b in (1, 32)}  # fmt: skip
+    deployed = {f"onnx_vs_torch_full_batch{b}": full.get(f"onnx_vs_torch_full_batch{b}")
+                for b in (1, 32)}  # fmt: skip
     return {"policy": "full", "threshold": None, "score": full.get("score", metrics["final_score"]),
             "mean_exit_layer": metrics["exits"][-1], "expected_time_ratio": ratio,
             "layer_speedup": 1.0 / ratio, "measured_speedup_batch1": 1.0,
-            "measured_speedup_batch32": 1.0, "speedup_bound": None}  # fmt: skip
+            "measured_speedup_batch32": 1.0, **onnx, **deployed,
+            "speedup_bound": None}  # fmt: skip
 
 
 def method_points(result: dict) -> list[dict]:

@@ -4,7 +4,9 @@
 ``tradeoff.md``. Beside every table: the majority-class score; a method whose full model is at
 or below it is marked ``(≤ majority)``, a budget whose floor is at or below it
 ``(floor ≤ majority)``, a measured speed-up above its layer bound ``*``, and too few timed
-examples are said (``aclpipe.evaluation.caveats``); ``warnings`` says each in one line.
+examples are said (``aclpipe.evaluation.caveats``); ``warnings`` says each in one line. Measured
+speed-ups are labelled by engine (``caveats.ENGINES_NOTE``): ``torch``, ``onnx`` and
+``onnx/torch-full``, each at batch 1 / 32, "-" when not measured.
 """
 
 from __future__ import annotations
@@ -30,8 +32,16 @@ def _low_budgets(report: dict) -> list[int]:
             if caveats.at_or_below(round(report["reference"] - b / 100, 10), report["majority"])]  # fmt: skip
 
 
-def _noisy(row: dict, size: int) -> bool:
-    return caveats.is_noise(row[f"measured_speedup_batch{size}"], row.get("speedup_bound"))
+# (field, label in a warning, batch size) of the speed-ups a layer bound applies to
+_BOUNDED = [(f"{prefix}_batch{size}", label, size)
+            for prefix, label in caveats.BOUNDED_SPEEDUPS for size in (1, 32)]  # fmt: skip
+# (label in a cell, field prefix, bounded): the measured speed-ups of a cell, per engine
+_ENGINES = (("torch", "measured_speedup", True), ("onnx", "onnx_speedup", True),
+            ("onnx/torch-full", "onnx_vs_torch_full", False))  # fmt: skip
+
+
+def _noisy(row: dict, field: str) -> bool:
+    return caveats.is_noise(row.get(field), row.get("speedup_bound"))
 
 
 def warnings(report: dict, summary: dict) -> list[str]:
@@ -48,9 +58,9 @@ def warnings(report: dict, summary: dict) -> list[str]:
     for method, examples in report["timing"].items():
         if caveats.too_few_timed(examples):
             lines.append(caveats.few_timed_warning(_name(report, method), examples))
-        flagged = {(_setting(r), size, r[f"measured_speedup_batch{size}"], r["speedup_bound"])
+        flagged = {(_setting(r) + label, size, r[field], r["speedup_bound"])
                    for r in report["rows"] if r["method"] == method and r["policy"] is not None
-                   for size in (1, 32) if _noisy(r, size)}  # fmt: skip
+                   for field, label, size in _BOUNDED if _noisy(r, field)}  # fmt: skip
         if flagged:
             timed = caveats.timing_note(examples)
             lines.append(caveats.noise_warning(_name(report, method), sorted(flagged), timed))
@@ -58,7 +68,7 @@ def warnings(report: dict, summary: dict) -> list[str]:
 
 
 def _speedup(value: float | None, noisy: bool = False) -> str:
-    return "n/a" if value is None else f"{value:.2f}×" + (caveats.NOISE_MARK if noisy else "")
+    return "-" if value is None else f"{value:.2f}×" + (caveats.NOISE_MARK if noisy else "")
 
 
 def _setting(row: dict) -> str:
@@ -103,23 +113,31 @@ def _marks_note(report: dict) -> str:
     if _low_budgets(report):
         notes.append(f"{_LOW_BUDGET.strip()} on a budget: its floor is at or below the "
                      "majority-class score, so a constant guess meets it")  # fmt: skip
-    if any(_noisy(r, size) for r in report["rows"] if r["policy"] for size in (1, 32)):
+    if any(_noisy(r, field) for r in report["rows"] if r["policy"] for field, _, _ in _BOUNDED):
         notes.append(caveats.NOISE_FOOTNOTE)
     return " ".join(f"{n}." for n in notes)
 
 
+def _measured(row: dict) -> list[str]:
+    """``torch 1.70× / 1.90×``, then onnx and onnx/torch-full: batch 1 / 32 per engine."""
+    return [
+        f"{label} " + " / ".join(
+            _speedup(row.get(f := f"{prefix}_batch{size}"), bounded and _noisy(row, f))
+            for size in (1, 32)
+        )
+        for label, prefix, bounded in _ENGINES
+    ]  # fmt: skip
+
+
 def _cells(report: dict, method: str, sep: str) -> list[str]:
-    """Per budget: layer speed-up (score x100), measured batch 1 / 32, the setting; or "-"."""
+    """Per budget: layer speed-up (score x100), measured batch 1 / 32 per engine, the setting;
+    or "-"."""
     rows = [r for r in report["rows"] if r["method"] == method]
     return [
         "-"
         if r["policy"] is None
-        else sep.join([
-            f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
-            f"{_speedup(r['measured_speedup_batch1'], _noisy(r, 1))} / "
-            f"{_speedup(r['measured_speedup_batch32'], _noisy(r, 32))}",
-            _setting(r),
-        ])
+        else sep.join([f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
+                       *_measured(r), _setting(r)])
         for r in rows
     ]  # fmt: skip
 
@@ -129,8 +147,9 @@ def render_budget_table(report: dict) -> Table:
     table = Table(
         title=f"{report['task']}: best speed-up within a score budget "
         f"(reference ce {100 * report['reference']:.2f}; {_majority_line(report)})",
-        caption="each cell: layer speed-up (score x100) / measured speed-up, batch 1 / 32 / "
-        f"setting; speed-ups {caveats.timing_note(_timed(report))}. {_marks_note(report)}",
+        caption="each cell: layer speed-up (score x100) / measured speed-ups, batch 1 / 32, "
+        f"per engine / setting ({caveats.ENGINES_NOTE}; - not measured); speed-ups "
+        f"{caveats.timing_note(_timed(report))}. {_marks_note(report)}",
     )
     names = report["names"]
     table.add_column("method")
@@ -200,11 +219,12 @@ def markdown(report: dict, summary: dict, timing_examples: int | None) -> str:
         f"# {report['task']}: speed-up within a score budget\n\n"
         f"Reference: the full ce model's dev score, {100 * report['reference']:.2f} (x100). "
         "A budget of b points admits every setting scoring at least reference - b.\n\n"
-        "Each cell: layer speed-up (score x100); measured speed-up at batch 1 / batch 32; the "
-        "setting (policy@threshold, or the full model); - when no setting meets the budget.\n\n"
+        "Each cell: layer speed-up (score x100); measured speed-up at batch 1 / batch 32 per "
+        "engine (torch, onnx, onnx/torch-full); the setting (policy@threshold, or the full "
+        "model); - when no setting meets the budget, or for a speed-up not measured.\n\n"
         f"Layer speed-up = 1 / expected time ratio (layers run / all layers); measured speed-up = "
-        f"the full model's wall-clock time over the early-exit runtime's{on}, median of repeats "
-        "after a warm-up.\n\n"
+        f"a wall-clock time ratio{on}, median of repeats after a warm-up, all engines "
+        f"interleaved; {caveats.ENGINES_NOTE}.\n\n"
         f"{majority} {timed} {_marks_note(report)}\n{notes}\n"
         f"{budgets}\n{missing}\n## Dev score per exit layer (x100; avg: over exits)\n\n"
         f"{majority}\n\n{exits}\n"
