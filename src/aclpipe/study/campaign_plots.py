@@ -11,17 +11,19 @@ from aclpipe.study.campaign import Campaign
 from aclpipe.study.tradeoff_plots import _figure, _majority_line, _save
 
 
-def colours(campaign: Campaign) -> dict[str, str]:
-    """A distinct colour per run, in campaign order (tab20 holds 20)."""
+def colours(campaign: Campaign) -> dict[str, tuple]:
+    """A distinct colour per run, in campaign order: tab10, then Dark2 (18 in all)."""
     from matplotlib import colormaps
 
-    cmap = colormaps["tab20"]
-    return {run: cmap(i % 20) for i, run in enumerate(campaign.runs)}
+    palette = [colormaps["tab10"](i) for i in range(10)]
+    palette += [colormaps["Dark2"](i) for i in range(8)]
+    return {run: palette[i % len(palette)] for i, run in enumerate(campaign.runs)}
 
 
 def _seeds(summary: dict) -> str:
-    if summary["complete"]:
-        return f"seeds {', '.join(map(str, summary['complete']))}"
+    seeds = summary["complete"]
+    if seeds:
+        return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
     return "each run's own seeds"
 
 

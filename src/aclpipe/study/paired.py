@@ -39,7 +39,7 @@ number of seeds, and the verdict: ``better`` / ``worse`` only when the interval 
 common seed the same computation resamples examples only (drawing one seed from one is no
 draw); the result says ``seeds: 1`` and reports mark it "1 seed: examples only", since the
 interval then holds no seed-to-seed variation. Draws come from ``numpy.random.default_rng
-(seed)``: example counts first, then seed counts, so a report is reproducible to the bit.
+(seed)``: example indices first, then seed indices, so a report is reproducible to the bit.
 
 **Budgets** (``budget_pick``): per run, the reference is that run's final-exit VALIDATION
 score; a budget of b points admits the settings whose validation score is at least the
@@ -52,6 +52,7 @@ reported, and whether its dev score met the run's dev final-exit score minus b/1
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -310,13 +311,20 @@ def measure(outputs: RunOutputs, name: str) -> Measure | None:
     )
 
 
+@functools.lru_cache(maxsize=16)
 def draw(num_examples: int, num_seeds: int, resamples: int = RESAMPLES, seed: int = 0):
-    """``(weights [R, N], seed_counts [R, n])``: example counts and seed counts of R
-    resamples with replacement, example counts drawn first."""
+    """``(weights [R, N], seed_counts [R, n])``: how often each example and each seed is
+    drawn in R resamples with replacement (indices drawn uniformly, example indices first,
+    then counted). The same arguments give the same (read-only, cached) arrays."""
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(num_examples, np.full(num_examples, 1 / num_examples), resamples)
-    seed_counts = rng.multinomial(num_seeds, np.full(num_seeds, 1 / num_seeds), resamples)
-    return weights, seed_counts
+    out = []
+    for size in (num_examples, num_seeds):
+        index = rng.integers(0, size, (resamples, size))  # [R, size]
+        flat = (index + size * np.arange(resamples)[:, None]).ravel()
+        counts = np.bincount(flat, minlength=resamples * size).reshape(resamples, size)
+        counts.setflags(write=False)
+        out.append(counts)
+    return out[0], out[1]
 
 
 def resampled_differences(
