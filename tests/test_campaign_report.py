@@ -183,6 +183,31 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert (reports / "sst2" / "results.json").read_text() == first
 
 
+def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None:
+    """seeds 1-3, the ablation deebert on 1-2; ce and joint finished 1 and 3, deebert only 2:
+    seed 3 is the only complete one, so deebert has no table row yet, only claims."""
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"],
+                          ablations=["deebert"], ablation_seeds=[1, 2])  # fmt: skip
+    for seed in (1, 3):
+        write_run(path.parent, "ce", "ce", seed, [0.7])
+        write_run(path.parent, "joint", "joint", seed, MULTI)
+    write_run(path.parent, "deebert", "deebert", 2, MULTI)
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    assert summary["complete"] == [3] and list(summary["runs"]) == ["ce", "joint"]
+    assert summary["left_out"] == {"ce": [1], "joint": [1], "deebert": [2]}
+    assert summary["missing"] == {"ce": [2], "joint": [2], "deebert": [1]}
+    assert summary["noise_floor"]["verdict"] == "no common seed"
+    write_reports(load_campaign(path), tmp_path / "reports")
+    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    assert "(seeds 3; ablations are planned on fewer seeds)" in text
+    assert "deebert (seeds 2)" in text  # finished, left out of the tables
+    overview = (tmp_path / "reports" / "README.md").read_text()
+    assert (
+        "Noise floor: ce against deebert's final exit (the same CE fine-tune): no common"
+        in overview
+    )
+
+
 def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"], seeds=[1, 2])
     for seed in (1, 2):  # a majority class above every exit's score: every floor is below it

@@ -114,7 +114,8 @@ def seed_notes(summary: dict) -> list[str]:
     else:
         notes.append(
             f"Tables and plots are over the seeds every run planned for them has finished "
-            f"(seeds {seeds_text(summary['complete'])}; ablations are planned on fewer seeds). "
+            f"(seeds {seeds_text(summary['complete'])}"
+            f"{'; ablations are planned on fewer seeds' if summary['ablations'] else ''}). "
             "Each claim is over the seeds both of its runs have finished, listed with it."
         )
     if summary["left_out"]:

@@ -151,6 +151,7 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
         "planned": sum(len(s) for s in planned.values()),
         "missing": {r: [s for s in planned[r] if s not in finished.get(r, [])] for r in planned},
         "complete": complete,
+        "ablations": [r for r in campaign.runs if r in campaign.ablations],
         "resamples": resamples,
         "runs": {},
     }
@@ -188,6 +189,8 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
             m: {s: x for s, r in by_seed.items() if (x := paired.measure(r["outputs"], m))}
             for m in paired.MEASURES
         }
+        if not table_seeds[run]:  # none of its seeds is complete yet: in left_out, claims only
+            continue
         out["runs"][run] = _run_entry(
             t, run, {s: by_seed[s] for s in table_seeds[run]}, measures[run], labels, resamples,
             out["majority"],
