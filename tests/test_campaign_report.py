@@ -17,9 +17,10 @@ from aclpipe.cli import app
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.layout import RESULTS_COST_PNG
 from aclpipe.study import paired
 from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_report import COST_PNG, summarise_task, write_reports
+from aclpipe.study.campaign_report import summarise_task, write_reports
 
 TASK = TASKS["sst2"]
 N_DEV, N_VAL, EXITS = 40, 30, 6
@@ -171,7 +172,7 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "| budget 0 points | budget 1 point |" in text
     for name in ("results.json", "results_exits.png"):
         assert (reports / "sst2" / name).stat().st_size > 0
-    assert (reports / COST_PNG).stat().st_size > 0
+    assert (reports / RESULTS_COST_PNG).stat().st_size > 0
     overview = (reports / "README.md").read_text()
     assert "12 of 15 planned runs done" in overview and "[sst2](sst2/results.md)" in overview
     assert "- ACL beats CE on the final exit: acl - ce = +" in overview

@@ -6,13 +6,9 @@ from __future__ import annotations
 import collections
 
 from aclpipe.data.tasks import get_task
+from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_report import (
-    ANGLES_PNG,
-    BUDGETS,
-    COST_PNG,
-    EXITS_PNG,
-)
+from aclpipe.study.paired import BUDGETS
 
 REGENERATE = (
     "`dvc repro campaign/dvc.yaml` (trains only the runs not yet recorded in "
@@ -228,7 +224,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         layers = next(iter(multi.values()))["exits"]
         parts += [
             "## Every exit",
-            f"Score of each exit layer (plot: {EXITS_PNG}, with the 95% bands).",
+            f"Score of each exit layer (plot: {RESULTS_EXITS_PNG}, with the 95% bands).",
             _table(
                 ["run", *(f"layer {k}" for k in layers)],
                 [[run, *(figure(x) for x in e["per_exit"])] for run, e in multi.items()],
@@ -262,7 +258,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
                 "Not available: the runs have no validation split, where the exit settings "
                 "are chosen (set data.validation_fraction, prepare and rerun)."
             )
-        parts.append(f"Score against expected time, every task: ../{COST_PNG}.")
+        parts.append(f"Score against expected time, every task: ../{RESULTS_COST_PNG}.")
     angled = {run: e["angles"] for run, e in runs.items() if "angles" in e}
     if angled:
         parts += [
@@ -270,7 +266,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             "Angle between the CE gradient and the auxiliary gradient at every training step "
             "(the table seeds pooled for the mean angle; shares as mean ± sd over seeds). "
             f"`altered`: the share of steps the rule dropped (ACL-Grad) or projected (GR). "
-            f"Histograms: {ANGLES_PNG}.",
+            f"Histograms: {RESULTS_ANGLES_PNG}.",
             _table(
                 ["run", "steps", "mean angle", "share > 90° (%)", "altered (%)"],
                 [
@@ -337,7 +333,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "Per task, the claims with their tables, per-exit scores with bands, budgets, gradient "
         "angles and every run: "
         + ", ".join(f"[{t}]({t}/results.md)" for t in summaries)
-        + f". Score against expected time, every task: {COST_PNG}.",
+        + f". Score against expected time, every task: {RESULTS_COST_PNG}.",
         "## What ran where",
         _table(
             ["stack (device, libraries)", "runs"],

@@ -35,6 +35,9 @@ from aclpipe.layout import (
     METRICS,
     PREDICTIONS,
     REPORTS_README,
+    RESULTS_ANGLES_PNG,
+    RESULTS_COST_PNG,
+    RESULTS_EXITS_PNG,
     RESULTS_JSON,
     RESULTS_MD,
     RUN_RECORD,
@@ -43,9 +46,6 @@ from aclpipe.layout import (
 from aclpipe.study import paired
 from aclpipe.study.campaign import Campaign
 
-BUDGETS = (0, 1, 2, 5)
-EXITS_PNG, ANGLES_PNG = "results_exits.png", "results_angles.png"
-COST_PNG = "results_score_vs_time.png"  # reports/, every task
 COST_GRID = 41  # costs at which each seed's dev curve is read, to average curves over seeds
 
 # (question, A, B, measure, a seed claim: one the papers make, answered in README.md)
@@ -226,7 +226,7 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority) -> dic
         r["outputs"].validation_logits is not None for r in by_seed.values()
     )
     if multi:
-        entry["budgets"] = {str(b): _budget(by_seed, b, majority) for b in BUDGETS}
+        entry["budgets"] = {str(b): _budget(by_seed, b, majority) for b in paired.BUDGETS}
         entry["cost_curve"] = _cost_curve(task, by_seed)
     entry.update(_angles(by_seed))
     return entry
@@ -336,11 +336,11 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
         out = reports_dir / task
         atomic.write_text(out / RESULTS_JSON, json.dumps(summary, indent=2) + "\n")
         atomic.write_text(out / RESULTS_MD, campaign_markdown.task_markdown(campaign, summary))
-        campaign_plots.draw_exit_bands(campaign, summary, out / EXITS_PNG)
+        campaign_plots.draw_exit_bands(campaign, summary, out / RESULTS_EXITS_PNG)
         if any("angles" in e for e in summary["runs"].values()):
-            campaign_plots.draw_angle_histograms(summary, out / ANGLES_PNG)
+            campaign_plots.draw_angle_histograms(summary, out / RESULTS_ANGLES_PNG)
     if summaries:
-        campaign_plots.draw_score_vs_time(campaign, summaries, reports_dir / COST_PNG)
+        campaign_plots.draw_score_vs_time(campaign, summaries, reports_dir / RESULTS_COST_PNG)
         overview = campaign_markdown.overview_markdown(campaign, summaries)
         atomic.write_text(reports_dir / REPORTS_README, overview)
     return summaries
