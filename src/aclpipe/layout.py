@@ -54,6 +54,9 @@ RUN_RECORD = "run.json"
 RESULTS_MD = "results.md"  # reports/<task>/, with results.json and plots
 RESULTS_JSON = "results.json"
 REPORTS_README = "README.md"  # reports/, the campaign's overview
+RESULTS_EXITS_PNG = "results_exits.png"  # reports/<task>/: score per exit with 95% bands
+RESULTS_ANGLES_PNG = "results_angles.png"  # reports/<task>/: gradient-angle histograms
+RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/: score against cost, every task
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,365 @@
+"""The campaign report's markdown: ``reports/<task>/results.md`` and ``reports/README.md``,
+rendered from ``campaign_report.summarise_task``'s summaries (no statistics computed here)."""
+
+from __future__ import annotations
+
+import collections
+
+from aclpipe.data.tasks import get_task
+from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.paired import BUDGETS
+
+REGENERATE = (
+    "`dvc repro campaign/dvc.yaml` (trains only the runs not yet recorded in "
+    "campaign/dvc.lock, then rebuilds these reports from campaign/runs/), or "
+    "`aclpipe campaign report` for the reports alone"
+)
+MEASURE_NAMES = {
+    "final": "final exit",
+    "shallow": "shallow exits",
+    "average": "average over exits",
+    "auc": "AUC",
+}
+BELOW = "†"
+BELOW_NOTE = (
+    f"{BELOW} the budget's floor (the validation reference, or the dev final score, minus b "
+    "points) is at or below the majority-class score for some seed: a constant guess meets "
+    "it, so the budget admits exiting everything at layer 1"
+)
+AUC_DEFINITION = (
+    "AUC: the settings (full model, and each policy over its threshold grid) on the "
+    "*validation* Pareto frontier (no other setting both cheaper-or-equal and better-or-equal "
+    "there), each scored on dev; the area under the curve through those dev points (score "
+    "against expected time ratio = mean exit layer / layers, sorted by cost, extended flat to "
+    "the cheapest and the dearest exit) divided by the cost range, so it reads as a mean "
+    "score. Dev never chooses a setting."
+)
+
+
+def pts(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def signed(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def figure(f: dict | None) -> str:
+    """``84.3 ± 0.7 [83.1, 85.4]`` (x100): mean ± sd over seeds [95% bootstrap interval]."""
+    if not f or f.get("mean") is None:
+        return "-"
+    sd = f" ± {100 * f['sd']:.1f}" if f.get("sd") is not None else " (1 seed)"
+    interval = f" [{pts(f['low'])}, {pts(f['high'])}]" if f.get("low") is not None else ""
+    return f"{pts(f['mean'])}{sd}{interval}"
+
+
+def p_value(claim: dict) -> str:
+    if claim["p"] == 0:
+        return f"< {1 / claim['resamples']:.2g}"
+    return f"{claim['p']:.3f}"
+
+
+def seeds_text(seeds: list[int]) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def claim_line(claim: dict) -> str:
+    """One line: the question, A - B with its interval, p, the verdict, the seeds."""
+    if "difference" not in claim:
+        return f"- {claim['question']}: {claim['verdict']}."
+    one = "; 1 seed: examples only" if len(claim["seeds"]) == 1 else ""
+    return (
+        f"- {claim['question']}: {claim['a']} - {claim['b']} = {signed(claim['difference'])} "
+        f"[{signed(claim['low'])}, {signed(claim['high'])}] points, p {p_value(claim)}: "
+        f"**{claim['verdict']}** (seeds {seeds_text(claim['seeds'])}{one})."
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def _by_run(seeds_of: dict[str, list[int]]) -> str:
+    return "; ".join(f"{r} (seeds {seeds_text(s)})" for r, s in seeds_of.items() if s)
+
+
+def majority_line(summary: dict) -> str:
+    m = summary.get("majority") or {}
+    text = f"Majority-class score (a constant guess of the most frequent train label): dev {pts(m.get('dev'))}"
+    if m.get("validation") is not None:
+        text += f", validation {pts(m['validation'])}"
+    return text + "."
+
+
+def seed_notes(summary: dict) -> list[str]:
+    notes = []
+    if any(summary["missing"].values()):
+        notes.append(f"Not run yet: {_by_run(summary['missing'])}.")
+    if not summary["complete"]:
+        notes.append(
+            "No seed is finished by every run planned for it yet, so each row is over the "
+            "seeds that run has (the seeds column); rows with other seeds are not yet "
+            "comparable, the claims are (each over the seeds both of its runs have)."
+        )
+    else:
+        notes.append(
+            f"Tables and plots are over the seeds every run planned for them has finished "
+            f"(seeds {seeds_text(summary['complete'])}"
+            f"{'; ablations are planned on fewer seeds' if summary['ablations'] else ''}). "
+            "Each claim is over the seeds both of its runs have finished, listed with it."
+        )
+    if summary["left_out"]:
+        notes.append(
+            "Finished but left out of the tables until every run has that seed: "
+            f"{_by_run(summary['left_out'])}."
+        )
+    mixed = {run: e["stacks"] for run, e in summary["runs"].items() if len(e["stacks"]) > 1}
+    for run, stacks in mixed.items():
+        notes.append(f"{run}'s seeds ran on more than one stack: {'; '.join(stacks)}.")
+    return notes
+
+
+def _setting(campaign: Campaign, summary: dict) -> str:
+    p = campaign.params(summary["task"])
+    data = summary.get("data") or {}
+    counts = ", ".join(f"{s} {v['examples']}" for s, v in data.get("splits", {}).items())
+    subsample = f" (a fixed subsample, data.seed {p.data.seed})" if p.data.max_train_samples else ""
+    return (
+        f"{p.model.name}, {counts} examples{subsample}, max_length {p.data.max_length}, "
+        f"{p.train.epochs} epoch(s), batch {p.train.batch_size}, lr {p.train.lr:g} "
+        f"(heads {p.train.head_lr:g}), warm-up {p.train.warmup_ratio:g}"
+    )
+
+
+def claims_table(summary: dict) -> str:
+    rows = []
+    for claim in [*summary["claims"], summary["noise_floor"]]:
+        if "difference" not in claim:
+            rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-",
+                         claim["verdict"], "-"])  # fmt: skip
+            continue
+        one = " (1 seed: examples only)" if len(claim["seeds"]) == 1 else ""
+        rows.append([
+            claim["question"], MEASURE_NAMES[claim["measure"]],
+            f"{signed(claim['difference'])} [{signed(claim['low'])}, {signed(claim['high'])}]",
+            p_value(claim), f"**{claim['verdict']}**", seeds_text(claim["seeds"]) + one,
+        ])  # fmt: skip
+    return _table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",
+                   "seeds"], rows)  # fmt: skip
+
+
+def _budget_cell(cell: dict) -> str:
+    speed, score = cell["speedup"], cell["dev_score"]
+    sd = f" ± {speed['sd']:.2f}" if speed["sd"] is not None else ""
+    score_sd = f" ± {100 * score['sd']:.1f}" if score["sd"] is not None else ""
+    mark = f" {BELOW}" if cell["below_majority"] else ""
+    return (
+        f"{speed['mean']:.2f}x{sd}; {pts(score['mean'])}{score_sd}; "
+        f"met {cell['met']}/{cell['seeds']}{mark}"
+    )
+
+
+def task_markdown(campaign: Campaign, summary: dict) -> str:
+    task = get_task(summary["task"])
+    runs = summary["runs"]
+    metrics = " and ".join(task.metrics) + (", their mean" if len(task.metrics) > 1 else "")
+    parts = [
+        f"# {task.name.upper()}: every method over seeds "
+        f"({summary['finished']} of {summary['planned']} runs done)",
+        f"Regenerate: {REGENERATE}.",
+        f"Setting: {_setting(campaign, summary)}. Every run shares campaign/params.yaml and "
+        "differs only by the overrides listed. Ran on: "
+        + "; ".join(f"{s} ({_runs(n)})" for s, n in sorted(summary["stacks"].items()))
+        + ".",
+        f"Dev score x100 ({metrics}). Figures: mean ± sample sd over seeds [95% interval of "
+        f"a bootstrap over seeds and dev examples, {summary['resamples']} resamples].",
+        *seed_notes(summary),
+        "## Claims",
+        "Paired bootstrap (METHODS.md, Comparisons): each resample draws the common seeds and "
+        "the dev examples with replacement, one example draw shared by both runs; A - B is the "
+        "mean over drawn seeds. p: share of resamples at or below 0. **better**/**worse** only "
+        "when the 95% interval excludes 0, else **no detectable difference**: the interval "
+        "says how large a difference could still hide. The noise floor (last row) compares two "
+        "runs of the same CE recipe: a difference of its size means nothing.",
+        claims_table(summary),
+        majority_line(summary),
+        "## Scores per run",
+        _table(
+            [
+                "run",
+                "method",
+                "overrides",
+                "seeds",
+                "final exit",
+                "shallow exits",
+                "average over exits",
+                "AUC",
+            ],
+            [
+                [
+                    run,
+                    e["method"],
+                    ", ".join(e["overrides"]) or "-",
+                    seeds_text(e["seeds"]),
+                    figure(e["final"]),
+                    *(
+                        figure(e[m]) if len(e["exits"]) > 1 else "-"
+                        for m in ("shallow", "average", "auc")
+                    ),
+                ]
+                for run, e in runs.items()
+            ],
+        ),  # fmt: skip
+        majority_line(summary),
+        f"Shallow exits: the shallower half of the exits (layers 1..3 of 6). {AUC_DEFINITION}",
+    ]
+    multi = {run: e for run, e in runs.items() if len(e["exits"]) > 1}
+    if multi:
+        layers = next(iter(multi.values()))["exits"]
+        parts += [
+            "## Every exit",
+            f"Score of each exit layer (plot: {RESULTS_EXITS_PNG}, with the 95% bands).",
+            _table(
+                ["run", *(f"layer {k}" for k in layers)],
+                [[run, *(figure(x) for x in e["per_exit"])] for run, e in multi.items()],
+            ),
+            majority_line(summary),
+        ]
+        budgeted = {run: e for run, e in multi.items() if "budgets" in e}
+        parts.append("## Speed-up within a quality budget")
+        if budgeted:
+            parts += [
+                "Per seed, the reference is the run's own final-exit *validation* score; a "
+                "budget of b points admits the settings scoring at least reference - b on "
+                "validation, and the cheapest of them on validation (ties: the better score) is "
+                "picked. Reported on *dev*: layer speed-up (layers / mean exit layer) and dev "
+                "score, mean ± sd over every seed, and how many seeds' dev score met their dev "
+                "final-exit score - b. Measured wall-clock speed-ups are "
+                "benchmarks/early_exit_speed.py's job.",
+                _table(
+                    ["run", *(f"budget {b} point{'s' if b != 1 else ''}" for b in BUDGETS)],
+                    [
+                        [run, *(_budget_cell(e["budgets"][str(b)]) for b in BUDGETS)]
+                        for run, e in budgeted.items()
+                    ],
+                ),  # fmt: skip
+                majority_line(summary),
+            ]
+            if any(c["below_majority"] for e in budgeted.values() for c in e["budgets"].values()):
+                parts.append(BELOW_NOTE + ".")
+        else:
+            parts.append(
+                "Not available: the runs have no validation split, where the exit settings "
+                "are chosen (set data.validation_fraction, prepare and rerun)."
+            )
+        parts.append(f"Score against expected time, every task: ../{RESULTS_COST_PNG}.")
+    angled = {run: e["angles"] for run, e in runs.items() if "angles" in e}
+    if angled:
+        parts += [
+            "## Gradient angles",
+            "Angle between the CE gradient and the auxiliary gradient at every training step "
+            "(the table seeds pooled for the mean angle; shares as mean ± sd over seeds). "
+            f"`altered`: the share of steps the rule dropped (ACL-Grad) or projected (GR). "
+            f"Histograms: {RESULTS_ANGLES_PNG}.",
+            _table(
+                ["run", "steps", "mean angle", "share > 90° (%)", "altered (%)"],
+                [
+                    [
+                        run,
+                        str(a["steps"]),
+                        f"{a['mean_angle']:.1f}°",
+                        figure(a["share_over_90"]),
+                        figure(a["altered_rate"]),
+                    ]
+                    for run, a in angled.items()
+                ],
+            ),  # fmt: skip
+        ]
+    parts += [
+        "## Runs",
+        "Each run's exact params (the shared file with its overrides applied) and the stack "
+        "it ran on are in its run.json; its per-example outputs in predictions.npz.",
+        _table(
+            ["run", "seed", "folder", "command"],
+            [
+                [
+                    run,
+                    str(s),
+                    f"campaign/runs/{task.name}/{run}-s{s}/",
+                    f"`aclpipe campaign run --task {task.name} --run {run} --seed {s}`",
+                ]
+                for run, e in runs.items()
+                for s in e["seeds"]
+            ],
+        ),  # fmt: skip
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def not_holding(summaries: dict[str, dict]) -> list[str]:
+    """One plain sentence per seed claim that is not "better" on some task."""
+    lines = []
+    questions = [c["question"] for c in next(iter(summaries.values()))["claims"]]
+    for i, question in enumerate(questions):
+        verdicts = {t: s["claims"][i] for t, s in summaries.items() if s["claims"][i]["seed_claim"]}
+        failing = {
+            t: c["verdict"]
+            for t, c in verdicts.items()
+            if "difference" in c and c["verdict"] != "better"
+        }
+        if failing:
+            where = "; ".join(f"{t}: {v}" for t, v in failing.items())
+            lines.append(f"- Claimed: {question}. Here: {where}.")
+    return lines
+
+
+def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
+    done = sum(s["finished"] for s in summaries.values())
+    planned = sum(s["planned"] for s in summaries.values())
+    stacks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for task, summary in summaries.items():
+        for name, n in summary["stacks"].items():
+            stacks[name][task] += n
+    parts = [
+        "# Results on real GLUE",
+        f"The seeds campaign (campaign/params.yaml): {done} of {planned} planned runs done. "
+        f"Dev scores x100. Regenerate: {REGENERATE}.",
+        "Per task, the claims with their tables, per-exit scores with bands, budgets, gradient "
+        "angles and every run: "
+        + ", ".join(f"[{t}]({t}/results.md)" for t in summaries)
+        + f". Score against expected time, every task: {RESULTS_COST_PNG}.",
+        "## What ran where",
+        _table(
+            ["stack (device, libraries)", "runs"],
+            [
+                [s, ", ".join(f"{t} {_runs(n)}" for t, n in by_task.items())]
+                for s, by_task in sorted(stacks.items())
+            ],
+        ),
+        "## The claims",
+        "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
+        "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
+        "(better/worse only when the interval excludes 0), the seeds used.",
+    ]
+    for task, summary in summaries.items():
+        parts += [
+            f"### {task}",
+            "\n".join(
+                claim_line(c) for c in summary["claims"] if c["verdict"] != "not in this campaign"
+            ),
+            claim_line(summary["noise_floor"]),
+        ]
+    failing = not_holding(summaries)
+    parts += ["## Where the seeds' claims do not hold here"]
+    parts.append(
+        "\n".join(failing)
+        if failing
+        else "Every seed claim that could be tested holds on every task here."
+    )
+    return "\n\n".join(parts) + "\n"

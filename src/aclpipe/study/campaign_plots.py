@@ -1,0 +1,104 @@
+"""The campaign report's figures (matplotlib Agg, written atomically): per task the score of
+each exit with its 95% band and the gradient-angle histograms; across tasks the dev score
+against expected time of the validation-frontier settings. One colour per run, the same in
+every figure; the majority-class score drawn dotted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.tradeoff_plots import _figure, _majority_line, _save
+
+
+def colours(campaign: Campaign) -> dict[str, tuple]:
+    """A distinct colour per run, in campaign order: tab10, then Dark2 (18 in all)."""
+    from matplotlib import colormaps
+
+    palette = [colormaps["tab10"](i) for i in range(10)]
+    palette += [colormaps["Dark2"](i) for i in range(8)]
+    return {run: palette[i % len(palette)] for i, run in enumerate(campaign.runs)}
+
+
+def _seeds(summary: dict) -> str:
+    seeds = summary["complete"]
+    if seeds:
+        return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    return "each run's own seeds"
+
+
+def draw_exit_bands(campaign: Campaign, summary: dict, path: Path) -> None:
+    """Score per exit layer: mean over seeds, 95% band; single-exit runs as one marker."""
+    palette = colours(campaign)
+    fig = _figure(8.0, 4.8)
+    ax = fig.add_subplot()
+    singles = [run for run, e in summary["runs"].items() if len(e["exits"]) == 1]
+    for run, e in summary["runs"].items():
+        means = [100 * x["mean"] for x in e["per_exit"]]
+        low = [100 * x["low"] for x in e["per_exit"]]
+        high = [100 * x["high"] for x in e["per_exit"]]
+        colour = palette[run]
+        if len(e["exits"]) > 1:
+            ax.fill_between(e["exits"], low, high, color=colour, alpha=0.15, linewidth=0)
+            ax.plot(e["exits"], means, color=colour, marker="o", markersize=3.5, label=run)
+        else:  # spread side by side at the last layer, so that their bars do not overlap
+            x = e["exits"][0] + 0.12 * (singles.index(run) + 1)
+            ax.errorbar([x], means, yerr=[[means[0] - low[0]], [high[0] - means[0]]],
+                        color=colour, marker="D", markersize=5, capsize=3, label=run)  # fmt: skip
+    _majority_line(ax, (summary.get("majority") or {}).get("dev"))
+    num_layers = max(e["num_layers"] for e in summary["runs"].values())
+    ax.set_xticks(range(1, num_layers + 1))
+    ax.set_xlabel("exit layer")
+    ax.set_ylabel("dev score x100 (mean, 95% band)")
+    ax.set_title(f"{summary['task']}: score of each exit ({_seeds(summary)})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(fig, path)
+
+
+def draw_score_vs_time(campaign: Campaign, summaries: dict[str, dict], path: Path) -> None:
+    """One panel per task: each multi-exit run's dev points of its validation-frontier
+    settings (faint, every seed) and the mean over seeds of the curves through them."""
+    palette = colours(campaign)
+    fig = _figure(5.0 * len(summaries) + 1.5, 4.4)
+    for i, (task, summary) in enumerate(summaries.items(), start=1):
+        ax = fig.add_subplot(1, len(summaries), i)
+        for run, e in summary["runs"].items():
+            curve = e.get("cost_curve")
+            if not curve:
+                continue
+            for points in curve["points"].values():
+                ax.scatter(points["costs"], [100 * s for s in points["scores"]],
+                           color=palette[run], s=9, alpha=0.35, linewidths=0)  # fmt: skip
+            ax.plot(curve["costs"], [100 * s for s in curve["scores"]], color=palette[run],
+                    linewidth=1.6, label=run)  # fmt: skip
+        _majority_line(ax, (summary.get("majority") or {}).get("dev"))
+        ax.set_xlim(0, 1.05)
+        ax.set_xlabel("expected time ratio (dev)")
+        ax.set_ylabel("dev score x100")
+        ax.set_title(f"{task} ({_seeds(summary)})", fontsize=10)
+        ax.grid(alpha=0.3)
+        if i == len(summaries):
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(
+        "Score against cost: settings on the validation frontier, scored on dev "
+        "(lines: mean over seeds)",
+        fontsize=10,
+    )
+    _save(fig, path)
+
+
+def draw_angle_histograms(summary: dict, path: Path) -> None:
+    angled = {run: e["angles"] for run, e in summary["runs"].items() if "angles" in e}
+    fig = _figure(3.2 * len(angled), 3.0)
+    width = 180 / len(next(iter(angled.values()))["histogram"])
+    for i, (run, a) in enumerate(angled.items(), start=1):
+        ax = fig.add_subplot(1, len(angled), i)
+        edges = [width * j for j in range(len(a["histogram"]))]
+        ax.bar(edges, a["histogram"], width=width, align="edge", color="tab:blue", alpha=0.8)
+        ax.axvline(90, color="tab:red", linestyle="--", linewidth=1)
+        ax.set_xlim(0, 180)
+        ax.set_title(f"{run}: {100 * a['share_over_90']['mean']:.0f}% > 90°", fontsize=9)
+        ax.set_xlabel("angle (degrees)", fontsize=8)
+    fig.suptitle(f"{summary['task']}: CE against auxiliary gradient, {_seeds(summary)}")
+    _save(fig, path)

@@ -1,0 +1,234 @@
+"""The campaign report from synthetic run folders (run.json, metrics.json, predictions.npz
+written by hand): figures against plain references, the claims with intervals, the waves
+disclosure, the majority marks, the plots, and the one-line error for an old run folder."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from aclpipe.cli import app
+from aclpipe.data.tasks import TASKS
+from aclpipe.errors import UserError
+from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.layout import RESULTS_COST_PNG
+from aclpipe.study import paired
+from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_report import summarise_task, write_reports
+
+TASK = TASKS["sst2"]
+N_DEV, N_VAL, EXITS = 40, 30, 6
+STACK = {"device": "cpu", "torch": "2.0", "cuda": "none", "transformers": "4.0", "python": "3.11"}
+
+
+def outputs(seed: int, size: int, skill: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Logits ``[E, size, 2]`` and labels of a run whose exit e is right with probability
+    ``skill[e]`` (a single-exit run: one entry), with varied confidence."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(size) % 2
+    logits = np.zeros((len(skill), size, 2), dtype=np.float32)
+    for e, p in enumerate(skill):
+        right = rng.random(size) < p
+        winner = np.where(right, labels, 1 - labels)
+        logits[e, np.arange(size), winner] = rng.uniform(0.1, 4.0, size)
+    return logits, labels
+
+
+def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
+              data_seed: int | None = None, stack: dict | None = None,
+              predictions: bool = True, majority: float = 0.5,
+              cosines: list[float] | None = None) -> Path:  # fmt: skip
+    """A run folder as ``campaign run`` writes it; ``data_seed`` fixes its outputs."""
+    folder = root / "runs" / "sst2" / f"{run}-s{seed}"
+    folder.mkdir(parents=True)
+    data_seed = seed if data_seed is None else data_seed
+    dev_logits, dev_labels = outputs(data_seed, N_DEV, skill)
+    val_logits, val_labels = outputs(1000 + data_seed, N_VAL, skill)
+    exits = list(range(EXITS - len(skill) + 1, EXITS + 1))
+    if predictions:
+        np.savez_compressed(
+            folder / "predictions.npz", exits=np.array(exits), num_layers=np.array(EXITS),
+            dev_logits=dev_logits, dev_labels=dev_labels,
+            validation_logits=val_logits, validation_labels=val_labels,
+        )  # fmt: skip
+    split = {"majority_score": majority, "per_exit": []}
+    metrics = {"exits": exits, "splits": {"dev": split, "validation": split}}
+    record = {
+        "task": "sst2", "run": run, "method": method, "seed": seed,
+        "overrides": [f"train.seed={seed}"], "environment": stack or STACK,
+        "params": {"evaluate": {"grid_points": 5, "patience_eps": 0.1}},
+        "data": {"splits": {"train": {"examples": 100}, "dev": {"examples": N_DEV}}},
+        "command": f"aclpipe campaign run --task sst2 --run {run} --seed {seed}",
+    }  # fmt: skip
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "run.json").write_text(json.dumps(record))
+    if cosines:  # the training log (its legacy form): one cosine per step
+        rows = [{"step": i + 1, "cosine": c, "altered": c < 0} for i, c in enumerate(cosines)]
+        (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def write_campaign(folder: Path, base: dict, **spec) -> Path:
+    campaign = {"tasks": ["sst2"], "seeds": [1, 2, 3], **spec}
+    path = folder / "campaign" / "params.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
+    return path
+
+
+MULTI = [0.55, 0.6, 0.7, 0.8, 0.85, 0.9]
+
+
+@pytest.fixture
+def built(tmp_path: Path, params_dict) -> Path:
+    """ce, acl, deebert, joint, acl-cl over seeds 1-3, in waves: acl-cl has not run seed 3,
+    deebert only seed 1. acl is always right; acl-cl has joint's outputs exactly."""
+    path = write_campaign(tmp_path, params_dict(None),
+                          runs=["ce", "acl", "deebert", "joint", "acl-cl"])  # fmt: skip
+    root = path.parent
+    for seed in (1, 2, 3):
+        write_run(root, "ce", "ce", seed, [0.7])
+        write_run(root, "acl", "acl", seed, [1.0], cosines=[1.0, 0.0, -1.0, 0.5][: seed + 1])
+        write_run(root, "joint", "joint", seed, MULTI, data_seed=50 + seed)
+    for seed in (1, 2):
+        write_run(root, "acl-cl", "acl-cl", seed, MULTI, data_seed=50 + seed)
+    write_run(root, "deebert", "deebert", 1, MULTI, data_seed=1, stack={**STACK, "device": "gpu"})
+    return path
+
+
+def plain(predictions, labels) -> float:
+    return task_score(TASK, compute_metrics(TASK, predictions, labels))
+
+
+def test_figures_against_plain_references(built: Path) -> None:
+    campaign = load_campaign(built)
+    summary = summarise_task(campaign, "sst2", resamples=200)
+    assert summary["complete"] == [1]  # seed 2: deebert missing; seed 3: also acl-cl
+    assert summary["missing"] == {"ce": [], "acl": [], "deebert": [2, 3], "joint": [],
+                                  "acl-cl": [3]}  # fmt: skip
+    assert summary["left_out"]["ce"] == [2, 3]
+    ce = summary["runs"]["ce"]
+    logits, labels = outputs(1, N_DEV, [0.7])
+    assert ce["seeds"] == [1]
+    assert ce["final"]["mean"] == pytest.approx(plain(logits[-1].argmax(-1), labels))
+    joint = summary["runs"]["joint"]
+    logits, labels = outputs(51, N_DEV, MULTI)
+    per_exit = [plain(logits[e].argmax(-1), labels) for e in range(EXITS)]
+    assert [x["mean"] for x in joint["per_exit"]] == pytest.approx(per_exit)
+    assert joint["shallow"]["mean"] == pytest.approx(statistics.fmean(per_exit[:3]))
+    assert joint["average"]["mean"] == pytest.approx(statistics.fmean(per_exit))
+    # Budgets: every table seed counts, each picked on validation (paired.budget_pick).
+    run = campaign.run_dir("sst2", "joint", 1)
+    from aclpipe.study.campaign_report import load_run
+
+    pick = paired.budget_pick(load_run("sst2", run)["outputs"], 2)
+    cell = joint["budgets"]["2"]
+    assert cell["seeds"] == 1 and cell["speedup"]["mean"] == pytest.approx(pick["dev_speedup"])
+    assert cell["met"] == int(pick["met"])
+    assert cell["dev_score"]["mean"] == pytest.approx(pick["dev_score"])
+    assert "budgets" not in ce and ce["auc"] is None
+    # Angles of the table seed (1): cosines 1, 0 -> 0 and 90 degrees.
+    angles = summary["runs"]["acl"]["angles"]
+    assert angles["steps"] == 2 and angles["mean_angle"] == pytest.approx(45)
+
+
+def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
+    summary = summarise_task(load_campaign(built), "sst2", resamples=200)
+    claims = {c["question"]: c for c in summary["claims"]}
+    acl_ce = claims["ACL beats CE on the final exit"]
+    assert acl_ce["seeds"] == [1, 2, 3] and acl_ce["verdict"] == "better" and acl_ce["p"] == 0
+    finals = [plain(outputs(s, N_DEV, [0.7])[0][0].argmax(-1), np.arange(N_DEV) % 2)
+              for s in (1, 2, 3)]  # fmt: skip
+    assert acl_ce["difference"] == pytest.approx(1 - statistics.fmean(finals))
+    same = claims["ACL-CL beats joint on the average over exits"]
+    assert same["seeds"] == [1, 2]  # acl-cl has no seed 3 yet
+    assert (same["difference"], same["low"], same["high"]) == (0, 0, 0)
+    assert same["verdict"] == "no detectable difference"
+    auc = claims["ACL-CL beats joint on speed-quality (AUC)"]
+    assert auc["verdict"] == "no detectable difference" and auc["difference"] == 0
+    assert claims["ACL beats CE+SCL on the final exit"]["verdict"] == "not in this campaign"
+    floor = summary["noise_floor"]
+    assert floor["seeds"] == [1]  # deebert has seed 1 only
+
+
+def test_report_files(built: Path, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    write_reports(load_campaign(built), reports)
+    text = (reports / "sst2" / "results.md").read_text()
+    assert "(12 of 15 runs done)" in text
+    assert "Not run yet: deebert (seeds 2, 3); acl-cl (seeds 3)" in text
+    assert "Finished but left out of the tables until every run has that seed" in text
+    line = next(r for r in text.splitlines() if r.startswith("| ACL beats CE on the final"))
+    assert "**better**" in line and "[+" in line and "| 1, 2, 3 |" in line
+    assert "(1 seed: examples only)" in text  # the noise floor: deebert has one seed
+    assert text.count("Majority-class score") >= 4  # claims, every exit, budgets (+ scores)
+    assert "cpu, torch 2.0, transformers 4.0, Python 3.11 (11 runs)" in text
+    assert "| budget 0 points | budget 1 point |" in text
+    for name in ("results.json", "results_exits.png"):
+        assert (reports / "sst2" / name).stat().st_size > 0
+    assert (reports / RESULTS_COST_PNG).stat().st_size > 0
+    overview = (reports / "README.md").read_text()
+    assert "12 of 15 planned runs done" in overview and "[sst2](sst2/results.md)" in overview
+    assert "- ACL beats CE on the final exit: acl - ce = +" in overview
+    assert "## Where the seeds' claims do not hold here" in overview
+    assert "- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no" in overview
+    assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
+    first = (reports / "sst2" / "results.json").read_text()
+    write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
+    assert (reports / "sst2" / "results.json").read_text() == first
+
+
+def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None:
+    """seeds 1-3, the ablation deebert on 1-2; ce and joint finished 1 and 3, deebert only 2:
+    seed 3 is the only complete one, so deebert has no table row yet, only claims."""
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"],
+                          ablations=["deebert"], ablation_seeds=[1, 2])  # fmt: skip
+    for seed in (1, 3):
+        write_run(path.parent, "ce", "ce", seed, [0.7])
+        write_run(path.parent, "joint", "joint", seed, MULTI)
+    write_run(path.parent, "deebert", "deebert", 2, MULTI)
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    assert summary["complete"] == [3] and list(summary["runs"]) == ["ce", "joint"]
+    assert summary["left_out"] == {"ce": [1], "joint": [1], "deebert": [2]}
+    assert summary["missing"] == {"ce": [2], "joint": [2], "deebert": [1]}
+    assert summary["noise_floor"]["verdict"] == "no common seed"
+    write_reports(load_campaign(path), tmp_path / "reports")
+    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    assert "(seeds 3; ablations are planned on fewer seeds)" in text
+    assert "deebert (seeds 2)" in text  # finished, left out of the tables
+    overview = (tmp_path / "reports" / "README.md").read_text()
+    assert (
+        "Noise floor: ce against deebert's final exit (the same CE fine-tune): no common"
+        in overview
+    )
+
+
+def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"], seeds=[1, 2])
+    for seed in (1, 2):  # a majority class above every exit's score: every floor is below it
+        write_run(path.parent, "ce", "ce", seed, [0.7], majority=0.99)
+        write_run(path.parent, "joint", "joint", seed, MULTI, majority=0.99)
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    budgets = summary["runs"]["joint"]["budgets"]
+    assert all(cell["below_majority"] and cell["seeds"] == 2 for cell in budgets.values())
+    write_reports(load_campaign(path), tmp_path / "reports")
+    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    assert text.count("†") >= 5 and "a constant guess meets it" in text
+    assert "dev 99.0, validation 99.0" in text
+
+
+def test_an_old_run_folder_is_a_one_line_error(tmp_path: Path, params_dict) -> None:
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
+    write_run(path.parent, "ce", "ce", 1, [0.7])
+    old = write_run(path.parent, "joint", "joint", 1, MULTI, predictions=False)
+    with pytest.raises(UserError, match=f"{old} has no predictions.npz"):
+        summarise_task(load_campaign(path), "sst2")
+    result = CliRunner().invoke(app, ["campaign", "report", "--campaign", str(path)])
+    assert result.exit_code == 2 and "rerun it" in result.output
+    assert "Traceback" not in result.output
