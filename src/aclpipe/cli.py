@@ -592,7 +592,7 @@ def campaign_report(
     ] = REPORTS,
 ) -> None:
     """Aggregate the finished runs into reports/<task>/results.{md,json}, plots, and
-    reports/README.md (mean ± sd over seeds; no model is run)."""
+    reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""
     from aclpipe.study.campaign import load_campaign
     from aclpipe.study.campaign_report import write_reports
 

@@ -32,7 +32,10 @@ runs into ``reports/<task>/results.{md,json}``, plots and ``reports/README.md``.
 each finished run, so an interrupted campaign resumes where it stopped, and the report is
 rebuilt from the committed runs in seconds.
 
-The statistics and the published tables are in ``aclpipe.study.campaign_report``.
+The published results are ``aclpipe.study.campaign_report`` (figures and verdicts from the run
+folders' per-example predictions), ``campaign_markdown`` and ``campaign_plots``; the
+statistics (paired bootstrap, budgets on validation, areas under the score-cost curve) are
+``aclpipe.study.paired``.
 """
 
 from __future__ import annotations
