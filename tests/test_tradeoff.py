@@ -256,3 +256,50 @@ def test_onnx_speedup_above_its_bound_is_marked(reports: Path, no_plots: None) -
     assert "onnx 2.20×* / 1.95×; onnx/torch-full 9.00× / 3.40×" in md
     (line,) = [w for w in result["warnings"] if "timing noise" in w]
     assert "1 measured speed-up above" in line and "entropy@0.5 (onnx) at batch 1" in line
+
+
+def add_validation(folder: Path, method: str, final: float, scores: list[float] | None) -> None:
+    """A validation split in metrics.json, and (multi-exit) a validation sweep in curves.json
+    with these scores at JOINT_POINTS' settings."""
+    metrics = json.loads((folder / method / "metrics.json").read_text())
+    metrics["splits"]["validation"] = {"final_score": final, "per_exit": []}
+    (folder / method / "metrics.json").write_text(json.dumps(metrics))
+    if scores is not None:
+        curves = json.loads((folder / method / "curves.json").read_text())
+        curves["validation"] = {"full_model": {"score": final}, "points": [
+            {"policy": p, "threshold": t, "score": s, "layer_speedup": 1 / r}
+            for (p, t, _, r, _, _), s in zip(JOINT_POINTS, scores)]}  # fmt: skip
+        (folder / method / "curves.json").write_text(json.dumps(curves))
+
+
+def test_settings_are_chosen_on_validation_and_scored_on_dev(
+    reports: Path, no_plots: None
+) -> None:
+    """ce scores 0.85 on validation. joint's validation scores admit, within 1 point (0.84),
+    only entropy@0.1 and confidence@0.6 (the fastest, 4x), though confidence@0.6 is 10
+    points down on dev: the row gives its dev figures, and the choice stays."""
+    task_dir = reports / TASK
+    add_validation(task_dir, "ce", 0.85, None)
+    add_validation(task_dir, "joint", 0.86, [0.845, 0.80, 0.80, 0.80, 0.80, 0.84])
+    add_validation(task_dir, "scl", 0.84, None)
+    console, _ = quiet()
+    result = tradeoff(TASK, reports, console=console)
+    assert result["validation_reference"] == 0.85
+    row = pick(result, "joint", 1)
+    assert (row["policy"], row["threshold"], row["chosen_on"]) == ("confidence", 0.6, "validation")
+    assert row["score"] == 0.700 and row["validation_score"] == 0.84  # dev, and where chosen
+    assert row["min_score"] == pytest.approx(0.84)
+    row = pick(result, "joint", 0)  # floor 0.85: the full model (0.86) is the fastest admitted
+    assert (row["policy"], row["score"], row["validation_score"]) == ("full", 0.81, 0.86)
+    assert pick(result, "scl", 0)["policy"] is None  # 0.84 < 0.85 on validation
+    assert pick(result, "scl", 1)["policy"] == "full"
+    text = (task_dir / "tradeoff.md").read_text()
+    assert "chosen on the validation split" in text
+    # a method without a validation sweep: every method is chosen on dev, as before
+    curves = json.loads((task_dir / "joint" / "curves.json").read_text())
+    del curves["validation"]
+    (task_dir / "joint" / "curves.json").write_text(json.dumps(curves))
+    result = tradeoff(TASK, reports, console=quiet()[0])
+    assert result["validation_reference"] is None
+    assert pick(result, "joint", 1)["chosen_on"] == "dev"
+    assert pick(result, "joint", 1)["policy"] == "patience"
