@@ -87,8 +87,10 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     flag = ["--campaign", "campaign/params.yaml"]
-    result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2", *flag])
-    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2,qnli", *flag])
+    assert result.exit_code == 2 and "task 'qnli' is not in campaign.tasks" in result.output
+    result = runner.invoke(app, ["campaign", "prepare", *flag])  # default: campaign.tasks
+    assert result.exit_code == 0 and "prepared sst2 from local" in result.output, result.output
     for run in ("ce", "acl-nograd", "joint"):  # seed 1 one stage at a time, as DVC runs them
         args = ["campaign", "run", "--task", "sst2", "--run", run, "--seed", "1", *flag]
         result = runner.invoke(app, args)

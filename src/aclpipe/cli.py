@@ -477,15 +477,19 @@ ThreadsOpt = Annotated[
 @campaign_app.command("prepare")
 @user_errors
 def campaign_prepare(
-    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    task: RunTasksOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
-    """Read, subsample and tokenize a task into campaign/data/<task>/ with its settings."""
+    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
     from aclpipe.study.campaign import load_campaign, prepare_task
 
     spec = load_campaign(campaign)
-    meta = prepare_task(spec, task, console)
-    console.print(f"prepared {task} from {meta['source']}: {_counts(meta)}", highlight=False)
+    names = parse_list(task, "--task") or spec.tasks
+    for name in names:  # every name checked before any is written
+        spec.overrides(name)
+    for name in names:
+        meta = prepare_task(spec, name, console)
+        console.print(f"prepared {name} from {meta['source']}: {_counts(meta)}", highlight=False)
 
 
 @campaign_app.command("run")
