@@ -18,7 +18,7 @@ from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
 from aclpipe.layout import RESULTS_COST_PNG
-from aclpipe.study import paired
+from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.campaign_report import summarise_task, write_reports
 
@@ -123,11 +123,11 @@ def test_figures_against_plain_references(built: Path) -> None:
     assert [x["mean"] for x in joint["per_exit"]] == pytest.approx(per_exit)
     assert joint["shallow"]["mean"] == pytest.approx(statistics.fmean(per_exit[:3]))
     assert joint["average"]["mean"] == pytest.approx(statistics.fmean(per_exit))
-    # Budgets: every table seed counts, each picked on validation (paired.budget_pick).
+    # Budgets: every table seed counts, each picked on validation (measures.budget_pick).
     run = campaign.run_dir("sst2", "joint", 1)
     from aclpipe.study.campaign_report import load_run
 
-    pick = paired.budget_pick(load_run("sst2", run)["outputs"], 2)
+    pick = scoring.budget_pick(load_run("sst2", run)["outputs"], 2)
     cell = joint["budgets"]["2"]
     assert cell["seeds"] == 1 and cell["speedup"]["mean"] == pytest.approx(pick["dev_speedup"])
     assert cell["met"] == int(pick["met"])

@@ -11,22 +11,24 @@ import pytest
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
-from aclpipe.study.paired import (
+from aclpipe.study.measures import (
     FULL,
     Measure,
     RunOutputs,
     budget_pick,
     curve_area,
-    draw,
-    exit_bands,
     measure,
-    paired_bootstrap,
     pareto_frontier,
-    resampled_differences,
-    seed_mean_interval,
     setting_exits,
     settings_grid,
     weighted_scores,
+)
+from aclpipe.study.paired import (
+    draw,
+    exit_bands,
+    paired_bootstrap,
+    resampled_differences,
+    seed_mean_interval,
 )
 
 R = 200  # resamples in tests: enough to exercise the code, fast

@@ -599,7 +599,6 @@ def campaign_report(
     reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""
     from aclpipe.study.campaign import load_campaign
     from aclpipe.study.campaign_report import write_reports
-
     from aclpipe.study.tuning import write_tuning
 
     spec = load_campaign(campaign)

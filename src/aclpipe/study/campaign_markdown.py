@@ -8,7 +8,7 @@ import collections
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.paired import BUDGETS
+from aclpipe.study.measures import BUDGETS
 
 REGENERATE = (
     "`dvc repro campaign/dvc.yaml` (trains only the runs not yet recorded in "

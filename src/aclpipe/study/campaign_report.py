@@ -3,7 +3,7 @@ campaign-wide score-against-cost figure and ``reports/README.md``. Every figure 
 the run folders (``campaign/runs/<task>/<run>-s<seed>/``: run.json, metrics.json and the
 per-example outputs of every exit, predictions.npz); nothing here runs a model.
 
-Statistics (``aclpipe.study.paired``, METHODS.md "Comparisons"), scores x100:
+Statistics (``aclpipe.study.measures``, ``paired``; METHODS.md "Comparisons"), scores x100:
 
 - A run's row (final exit, shallow half, average over exits, AUC, every exit, budgets) is
   the mean over its seeds, with the sample sd over seeds and a 95% interval from the
@@ -14,7 +14,7 @@ Statistics (``aclpipe.study.paired``, METHODS.md "Comparisons"), scores x100:
 - A claim "A beats B" is judged by the paired bootstrap over the seeds *both* runs have
   finished (not only the table seeds), and says which.
 - Budgets choose each seed's exit setting on the validation split and report dev; every
-  table seed counts (``paired.budget_pick``).
+  table seed counts (``measures.budget_pick``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from aclpipe.layout import (
     RUN_RECORD,
     VALIDATION,
 )
+from aclpipe.study import measures as scoring
 from aclpipe.study import paired
 from aclpipe.study.campaign import Campaign
 
@@ -75,7 +76,7 @@ NOISE_FLOOR = ("Noise floor: ce against deebert's final exit (the same CE fine-t
 
 
 def load_run(task_name: str, folder: Path) -> dict:
-    """One run folder: ``{"record", "metrics", "outputs": paired.RunOutputs, "folder"}``."""
+    """One run folder: ``{"record", "metrics", "outputs": scoring.RunOutputs, "folder"}``."""
     task = get_task(task_name)
     record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
     if not (folder / PREDICTIONS).exists():
@@ -87,7 +88,7 @@ def load_run(task_name: str, folder: Path) -> dict:
     with np.load(folder / PREDICTIONS) as data:
         arrays = {key: data[key] for key in data.files}
     evaluate = record.get("params", {}).get("evaluate", {})
-    outputs = paired.RunOutputs(
+    outputs = scoring.RunOutputs(
         task,
         arrays["exits"].astype(np.int64),
         int(arrays["num_layers"]),
@@ -180,14 +181,14 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     out["stacks"] = dict(
         collections.Counter(stack(r["record"]) for s in found.values() for r in s.values())
     )
-    measures: dict[str, dict[str, dict[int, paired.Measure]]] = {}
+    measures: dict[str, dict[str, dict[int, scoring.Measure]]] = {}
     for run in campaign.runs:
         if run not in found:
             continue
         by_seed = found[run]
         measures[run] = {
-            m: {s: x for s, r in by_seed.items() if (x := paired.measure(r["outputs"], m))}
-            for m in paired.MEASURES
+            m: {s: x for s, r in by_seed.items() if (x := scoring.measure(r["outputs"], m))}
+            for m in scoring.MEASURES
         }
         if not table_seeds[run]:  # none of its seeds is complete yet: in left_out, claims only
             continue
@@ -216,7 +217,7 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority) -> dic
         "num_layers": outputs.num_layers,
         "stacks": sorted({stack(r["record"]) for r in by_seed.values()}),
     }
-    for m in paired.MEASURES:
+    for m in scoring.MEASURES:
         chosen = {s: x for s, x in measures[m].items() if s in by_seed}
         entry[m] = paired.seed_mean_interval(task, chosen, labels, resamples) if chosen else None
     entry["per_exit"] = paired.exit_bands(
@@ -226,7 +227,7 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority) -> dic
         r["outputs"].validation_logits is not None for r in by_seed.values()
     )
     if multi:
-        entry["budgets"] = {str(b): _budget(by_seed, b, majority) for b in paired.BUDGETS}
+        entry["budgets"] = {str(b): _budget(by_seed, b, majority) for b in scoring.BUDGETS}
         entry["cost_curve"] = _cost_curve(task, by_seed)
     entry.update(_angles(by_seed))
     return entry
@@ -241,7 +242,7 @@ def _figure(values: list[float]) -> dict:
 
 
 def _budget(by_seed: dict, budget: int, majority: dict) -> dict:
-    picks = {s: paired.budget_pick(r["outputs"], budget) for s, r in sorted(by_seed.items())}
+    picks = {s: scoring.budget_pick(r["outputs"], budget) for s, r in sorted(by_seed.items())}
     below = any(
         caveats.at_or_below(p["validation_floor"], majority.get("validation"))
         or caveats.at_or_below(p["dev_floor"], majority.get("dev"))
@@ -263,9 +264,9 @@ def _cost_curve(task, by_seed: dict) -> dict:
     points, curves = {}, []
     for seed, r in sorted(by_seed.items()):
         outputs = r["outputs"]
-        m = paired.measure(outputs, "auc")
+        m = scoring.measure(outputs, "auc")
         ones = np.ones(len(outputs.dev_labels))
-        scores = paired.weighted_scores(task, m.predictions, outputs.dev_labels, ones)[0]  # [S]
+        scores = scoring.weighted_scores(task, m.predictions, outputs.dev_labels, ones)[0]  # [S]
         costs = m.layers.mean(axis=1) / outputs.num_layers
         order = np.lexsort((scores, costs))
         points[str(seed)] = {"costs": costs[order].tolist(), "scores": scores[order].tolist()}
