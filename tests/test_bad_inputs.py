@@ -259,6 +259,8 @@ CASES: list[Case] = [
          r"params file nope\.yaml not found", command(*FINETUNE_CE, "--params", "nope.yaml")),
     Case("set-without-value", "--set without =value", r"--set 'train\.lr' is not key=value",
          sets("train.lr")),
+    Case("params-padding-free-choice", "train.padding_free that is not auto, true or false",
+         r"train\.padding_free is 'maybe': use one of auto, true, false$", sets("train.padding_free=maybe")),
     Case("device-cuda-without-gpu", "train.device=cuda on a machine without a GPU",
          r"train\.device is cuda but no GPU is visible", sets("train.device=cuda")),
     # selectors

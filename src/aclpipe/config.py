@@ -70,6 +70,10 @@ class TrainConfig:
     # ~2x faster on SST-2, same dev score for ce, but acl-cl's inner exits lost 1-2.6 points
     # (README, Benchmarks): off unless asked for
     group_by_length: bool = False
+    # run the encoder's linear layers on real tokens only, padding skipped (the same function,
+    # draw for draw; aclpipe.modeling.padding_free): auto = where the family supports it
+    # (BERT, MiniLM, RoBERTa, ELECTRA), true = required (an error elsewhere), false = padded
+    padding_free: Literal["auto", True, False] = "auto"
     lr: float = 2e-5  # encoder learning rate
     head_lr: float = 1e-3  # learning rate of newly initialised parts (exit heads, poolers)
     weight_decay: float = 0.01  # AdamW, not on bias and LayerNorm
@@ -151,7 +155,8 @@ def _check_value(key: str, value: Any, hint: type | Any) -> Any:
     if origin is typing.Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            raise UserError(f"{key} is {value!r}: use one of {', '.join(map(str, choices))}")
+            shown = ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in choices)
+            raise UserError(f"{key} is {value!r}: use one of {shown}")  # bools as YAML writes them
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)

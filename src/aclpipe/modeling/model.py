@@ -21,6 +21,7 @@ from torch import nn
 from aclpipe.errors import UserError
 from aclpipe.layout import MODEL_CONFIG, WEIGHTS
 from aclpipe.modeling.layerwise import LayerRunner, forward_to_exits, runner_for
+from aclpipe.modeling.padding_free import padding_free_hidden_states
 from aclpipe.modeling.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
 
 
@@ -127,12 +128,24 @@ class MultiExitModel(nn.Module):
     def num_layers(self) -> int:
         return self.encoder.config.num_hidden_layers
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None) -> ExitOutput:
-        kwargs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        out = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs
-        )
-        hidden = out.hidden_states  # L + 1 tensors [B, T, H]; hidden[0] = embeddings
+    def forward(
+        self, input_ids, attention_mask, token_type_ids=None, padding_free: bool = False
+    ) -> ExitOutput:
+        """Every exit at once. ``padding_free``: the encoder's linear layers skip padding
+        (``modeling.padding_free``; the same function, for the families it supports)."""
+        if padding_free:
+            hidden = padding_free_hidden_states(
+                self.encoder, input_ids, attention_mask, token_type_ids
+            )  # L + 1 tensors [B, T, H], zeros at padding
+        else:
+            kwargs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            out = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                **kwargs,
+            )
+            hidden = out.hidden_states  # L + 1 tensors [B, T, H]; hidden[0] = embeddings
         features = torch.stack(
             [head.pool(list(hidden[: head.layer + 1]), attention_mask) for head in self.heads]
         )  # [E, B, D]

@@ -35,6 +35,7 @@ from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_mod
 from aclpipe.modeling.batching import collate
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
+from aclpipe.modeling.padding_free import use_padding_free
 from aclpipe.run_log import write_run_log
 from aclpipe.training.batch_order import epoch_order
 from aclpipe.training.checkpoint import (
@@ -262,7 +263,7 @@ def finetune(
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
-                    out = wrapped(**batch)
+                    out = wrapped(**batch, padding_free=run.padding_free)
                     x = LossInputs(
                         out.logits,
                         gather_with_grad(out.features, dim=1),
@@ -328,6 +329,7 @@ class _Run:
     dev_labels: Any  # the dev split's labels, as ``exit_scores`` takes them
     pad_id: int
     per_epoch: int  # global batches per epoch
+    padding_free: bool  # train.padding_free resolved for this encoder
     checkpoint_folder: Path
     fingerprint: str  # what a checkpoint must match to be resumed
 
@@ -378,6 +380,7 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
         split_labels(dev_rows, task),
         encoder.config.pad_token_id or 0,
         per_epoch,
+        use_padding_free(t.padding_free, encoder),
         checkpoint_dir(out_dir),
         run_fingerprint(task, method, params, meta, processes),
     )
@@ -486,6 +489,7 @@ def _write_model(
             "method": method.name,
             "exits": run.spec.exits,
             "processes": run.accelerator.num_processes,
+            "padding_free": run.padding_free,
         }
         write_run_log(tmp, record, history, step_log)  # dvclive/: `dvc exp show`, `dvc plots`
     shutil.rmtree(run.checkpoint_folder, ignore_errors=True)
