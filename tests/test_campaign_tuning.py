@@ -247,6 +247,14 @@ def test_tune_end_to_end_picks_on_validation(
     assert not applied(summary)  # task_settings do not hold it yet
     text = (tmp_path / "reports/sst2/tuning.md").read_text()
     assert "(pick)" in text and "not the pick" in text
+    assert [row["forward"] for row in summary["rows"]] == ["padding-free", "padding-free"]
+    assert "| padding-free |" in text  # the tiny BERT trains padding-free (auto)
+    live = tmp_path / "campaign/tune/sst2/lr0.001_ep1-s1/dvclive/params.yaml"
+    logged = yaml.safe_load(live.read_text())
+    live.write_text(yaml.safe_dump({k: v for k, v in logged.items() if k != "padding_free"}))
+    rows = summarise(campaign, "sst2")["rows"]  # a run from before the knob: padded
+    assert [row["forward"] for row in rows] == ["padded", "padding-free"]
+    live.write_text(yaml.safe_dump(logged))
     knobs = summary["pick_knobs"]
     write_spec(
         tmp_path,

@@ -13,9 +13,11 @@ import json
 import statistics
 from pathlib import Path
 
+import yaml
+
 from aclpipe import atomic
 from aclpipe.errors import UserError
-from aclpipe.layout import METRICS, RUN_RECORD, VALIDATION
+from aclpipe.layout import METRICS, RUN_RECORD, TRAINING_LOG, VALIDATION
 from aclpipe.study.campaign import Campaign
 
 TUNING_MD, TUNING_JSON = "tuning.md", "tuning.json"
@@ -25,10 +27,13 @@ def summarise(campaign: Campaign, task: str) -> dict:
     """Per configuration: its knobs, and validation and dev final-exit scores per seed."""
     tuning = campaign.tuning
     if tuning is None:
-        raise UserError(f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)")
+        raise UserError(
+            f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)"
+        )
     rows = []
     for config, knobs in tuning.configs.items():
         scores: dict[str, dict[int, float]] = {VALIDATION: {}, "dev": {}}
+        forwards: set[str] = set()
         for seed in tuning.seeds:
             folder = campaign.layout.tune_run(task, config, seed)
             if not (folder / RUN_RECORD).exists():
@@ -41,6 +46,7 @@ def summarise(campaign: Campaign, task: str) -> dict:
                 )
             for split in scores:
                 scores[split][seed] = splits[split]["per_exit"][-1]["score"]
+            forwards.add(_forward(folder))
         rows.append(
             {
                 "config": config,
@@ -49,6 +55,7 @@ def summarise(campaign: Campaign, task: str) -> dict:
                 "validation": _mean(scores[VALIDATION]),
                 "dev": _mean(scores["dev"]),
                 "by_seed": {s: {k: v[s] for k, v in scores.items()} for s in scores[VALIDATION]},
+                "forward": ", ".join(sorted(forwards)),
             }
         )
     done = [r for r in rows if len(r["seeds"]) == len(tuning.seeds)]
@@ -67,6 +74,13 @@ def summarise(campaign: Campaign, task: str) -> dict:
     }
 
 
+def _forward(folder: Path) -> str:
+    """How the run's encoder forward ran in training: ``padding-free`` or ``padded`` (runs from
+    before ``train.padding_free`` existed log no such key and ran padded)."""
+    live = yaml.safe_load((folder / TRAINING_LOG / "params.yaml").read_text(encoding="utf-8"))
+    return "padding-free" if (live or {}).get("padding_free") else "padded"
+
+
 def _mean(by_seed: dict[int, float]) -> float | None:
     return statistics.fmean(by_seed.values()) if by_seed else None
 
@@ -80,13 +94,15 @@ def applied(summary: dict) -> bool:
 def markdown(summary: dict) -> str:
     task, pick = summary["task"], summary["pick"]
     keys = list(dict.fromkeys(key for row in summary["rows"] for key in row["knobs"]))
-    header = ["configuration", *keys, "seeds", "validation", "dev"]
+    header = ["configuration", *keys, "seeds", "forward", "validation", "dev"]
     lines = [
         f"# {task}: the base recipe",
         f"`aclpipe campaign tune --task {task}` trained {summary['method']} with each "
         f"configuration below and seed(s) {', '.join(map(str, summary['seeds']))} on train minus "
         "the validation split; the pick is the best mean final-exit score on validation "
-        "(x100). Dev is shown, never used to choose.",
+        "(x100). Dev is shown, never used to choose. Forward: how training ran the encoder "
+        "(padding-free or padded: the same function and dropout draws, float rounding apart; "
+        "README, Benchmarks).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -96,6 +112,7 @@ def markdown(summary: dict) -> str:
         cells = [f"{row['config']}{mark}", *(str(row["knobs"].get(k, "-")) for k in keys)]
         cells += [
             ", ".join(map(str, row["seeds"])) or "not run",
+            row["forward"] or "-",
             _score(row["validation"]),
             _score(row["dev"]),
         ]
