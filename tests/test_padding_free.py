@@ -159,3 +159,19 @@ def test_finetune_padding_free_matches_padded(
     assert padded.keys() == free.keys()
     worst = max(float((padded[k] - free[k]).abs().max()) for k in padded)
     assert worst < 1e-5, worst
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "layer-attention"])
+def test_multi_exit_model_outputs_equal_the_padded_forward(pooling):
+    """Every exit's features and logits through ``MultiExitModel.forward``, each pooling (cls
+    reads position 0, mean and layer-attention mask the zeros at padding)."""
+    from aclpipe.modeling.model import ExitSpec, MultiExitModel
+
+    spec = ExitSpec(num_labels=3, exits=[1, 2, 3], pooling=pooling, dropout=0.1)
+    model = MultiExitModel(tiny("bert"), spec).eval()
+    batch = batch_of(LENGTH_SETS["mixed"], 0)
+    with torch.no_grad():
+        padded = model(**batch)
+        free = model(**batch, padding_free=True)
+    assert torch.allclose(free.features, padded.features, atol=ATOL)  # [E, B, D]
+    assert torch.allclose(free.logits, padded.logits, atol=ATOL)  # [E, B, C]
