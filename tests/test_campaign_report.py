@@ -20,6 +20,7 @@ from aclpipe.evaluation.metrics import compute_metrics, task_score
 from aclpipe.layout import RESULTS_COST_PNG
 from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_markdown import overview_markdown
 from aclpipe.study.campaign_report import summarise_task, write_reports
 
 TASK = TASKS["sst2"]
@@ -207,6 +208,24 @@ def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None
         "Noise floor: ce against deebert's final exit (the same CE fine-tune): no common"
         in overview
     )
+    # only ce and joint ran: no seed claim compares those two, so none is tested, and the
+    # page must not read as if every claim held
+    assert "No seed claim has been tested yet" in overview
+    assert "holds where it was tested" not in overview
+
+
+def test_the_overview_says_how_many_claims_were_tested(built: Path, tmp_path: Path) -> None:
+    """With some claims tested and none failing, the page says how many held, not 'all'."""
+    write_run(built.parent, "deebert", "deebert", 2, MULTI, data_seed=2)
+    write_run(built.parent, "deebert", "deebert", 3, MULTI, data_seed=3)
+    summaries = {"sst2": summarise_task(load_campaign(built), "sst2", resamples=200)}
+    tested = [c for c in summaries["sst2"]["claims"] if c["seed_claim"] and "difference" in c]
+    assert tested
+    for claim in summaries["sst2"]["claims"]:  # as if every tested claim had held
+        if claim in tested:
+            claim["verdict"] = "better"
+    text = overview_markdown(load_campaign(built), summaries)
+    assert f"Every seed claim tested so far ({len(tested)} task-claim pairs) holds" in text
 
 
 def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:

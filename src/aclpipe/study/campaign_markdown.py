@@ -357,9 +357,20 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         ]
     failing = not_holding(summaries)
     parts += ["## Where the seeds' claims do not hold here"]
-    parts.append(
-        "\n".join(failing)
-        if failing
-        else "Every seed claim that could be tested holds on every task here."
+    tested = sum(
+        1
+        for summary in summaries.values()
+        for c in summary["claims"]
+        if c["seed_claim"] and "difference" in c
     )
+    if failing:
+        parts.append("\n".join(failing))
+    elif tested == 0:  # silence is not agreement: say that nothing was tested
+        parts.append(
+            "No seed claim has been tested yet: the runs each one compares have not finished."
+        )
+    else:
+        parts.append(
+            f"Every seed claim tested so far ({tested} task-claim pairs) holds where it was tested."
+        )
     return "\n\n".join(parts) + "\n"
