@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aclpipe.errors import UserError
+from aclpipe.modeling.layerwise import additive_mask
 
 FAMILIES = ("bert", "roberta", "electra")
 
@@ -80,13 +81,10 @@ def padding_free_hidden_states(
     padded = encoder.embeddings(input_ids=input_ids, **kwargs)  # [B, T, H]
     hidden_size = padded.shape[-1]
     x = padded.reshape(batch * width, hidden_size).index_select(0, where)  # [N, H]
-    # additive mask for the padded attention: 0 on real keys, dtype min on padding
-    keys = attention_mask[:, None, None, :].to(x.dtype)  # [B, 1, 1, T]
-    bias = (1.0 - keys) * torch.finfo(x.dtype).min
+    bias = additive_mask(attention_mask, x.dtype)  # [B, 1, 1, T], for the padded attention
 
     def unpack(flat: torch.Tensor) -> torch.Tensor:  # [N, H] -> [B, T, H], zeros at padding
-        out = flat.new_zeros(batch * width, flat.shape[-1])
-        return out.index_copy(0, where, flat).view(batch, width, -1)
+        return _scatter(flat, where, batch * width).view(batch, width, -1)
 
     states = [unpack(x)]
     layers = encoder.encoder.layer
@@ -110,7 +108,7 @@ def _layer(
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
 
     def padded_heads(flat: torch.Tensor) -> torch.Tensor:  # [N, H] -> [B, heads, T, d]
-        out = flat.new_zeros(batch * width, flat.shape[-1]).index_copy(0, where, flat)
+        out = _scatter(flat, where, batch * width)
         return out.view(batch, width, heads, head_size).transpose(1, 2)
 
     q = padded_heads(attention.query(x))
@@ -134,5 +132,9 @@ def _dropout(module: nn.Dropout, flat: torch.Tensor, where: torch.Tensor, rows: 
     the padded forward (training then matches it draw for draw); identity in eval mode."""
     if not module.training or module.p == 0:
         return flat
-    padded = flat.new_zeros(rows, flat.shape[-1]).index_copy(0, where, flat)
-    return module(padded).index_select(0, where)  # [N, H]
+    return module(_scatter(flat, where, rows)).index_select(0, where)  # [N, H]
+
+
+def _scatter(flat: torch.Tensor, where: torch.Tensor, rows: int) -> torch.Tensor:
+    """Packed ``[N, X]`` -> ``[rows, X]`` with row ``where[i]`` = ``flat[i]``, zeros elsewhere."""
+    return flat.new_zeros(rows, flat.shape[-1]).index_copy(0, where, flat)
