@@ -50,6 +50,26 @@ def read_export(folder: Path) -> dict:
     return record
 
 
+# Fusions whose CPU kernels measured slower than the plain ops they replace (onnxruntime 1.32,
+# MiniLM-L6 segments, 1 thread, 2026-12-02): SkipLayerNormalization took 70 us for a
+# 25 x 384 input where Add + LayerNormalization took 15 us; with both fusions off a segment ran
+# 1.12-1.15x faster at batch 1 (12-40 tokens) and the same at batch 32 (README, Benchmarks).
+SLOW_FUSIONS = ("SkipLayerNormFusion", "BiasGeluFusion")
+
+
+def open_session(path: Path, threads: int | None = None):
+    """An ONNX Runtime CPU session as this runtime runs it (``session_options``, no
+    ``SLOW_FUSIONS``); export checks its graphs through the same sessions."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(
+        str(path),
+        session_options(threads),
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(SLOW_FUSIONS),
+    )
+
+
 def session_options(threads: int | None = None):
     import onnxruntime as ort
 
@@ -78,21 +98,15 @@ class OnnxEarlyExit:
         eps: float = 0.1,
         threads: int | None = None,
     ) -> None:
-        import onnxruntime as ort
-
         record = read_export(folder)
         self.exits: list[int] = list(record["exits"])
         self.num_labels = int(record["num_labels"])
         self.regression = bool(record.get("regression", self.num_labels == 1))
         self.eps = eps
         self._use(policy, threshold)
-        options = session_options(threads)
-        cpu = ["CPUExecutionProvider"]
         files = [record["embeddings"]["file"], *(s["file"] for s in record["segments"])]
         try:
-            sessions = [
-                ort.InferenceSession(str(folder / f), options, providers=cpu) for f in files
-            ]
+            sessions = [open_session(folder / f, threads) for f in files]
         except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             raise UserError(f"onnxruntime cannot load the graphs in {folder}: {reason}") from err

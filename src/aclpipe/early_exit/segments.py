@@ -251,10 +251,12 @@ class Gaps:
 
 
 def open_session(path: Path):
-    import onnxruntime as ort
+    """The graph in a session configured as the runtime's (``onnx_runtime.open_session``), so
+    the check below measures what ``predict`` runs."""
+    from aclpipe.early_exit.onnx_runtime import open_session as runtime_session
 
     try:
-        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return runtime_session(path)
     except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
         reason = (str(err).strip().splitlines() or [""])[0][:300]
         raise UserError(f"onnxruntime cannot load {path.name}: {reason}") from err
