@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from threads import add_threads_option, apply_threads  # noqa: E402
+from threads import add_threads_option, apply_threads, machine  # noqa: E402
 
 from aclpipe.early_exit.predict import Predictor  # noqa: E402
 
@@ -173,7 +173,7 @@ def main() -> None:
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,
             "transformers": transformers.__version__,
-            "machine": platform.machine(),
+            **machine(),
         },  # fmt: skip
         "results": results,
         "targets": checks,

@@ -131,6 +131,52 @@ def test_onnx_chain_matches_pytorch(exported: dict) -> None:
             np.testing.assert_allclose(logits, expected[e], atol=1e-4, rtol=0)
 
 
+def _fused_ops(path: Path, out: Path, disabled: list[str]) -> set[str]:
+    """The op types of ``path`` after ONNX Runtime's graph optimisations."""
+    import onnx
+    import onnxruntime as ort
+
+    from aclpipe.early_exit.onnx_runtime import session_options
+
+    options = session_options(1)
+    options.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=disabled)  # fmt: skip
+    return {node.op_type for node in onnx.load(str(out)).graph.node}
+
+
+@pytest.mark.slow
+def test_runtime_sessions_skip_the_slow_fusions(
+    exported: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime fuses a segment's Add + LayerNormalization and bias + Gelu by default; the
+    runtime's sessions (and the export's checks, through the same function) do not."""
+    import onnx
+
+    from aclpipe.early_exit import onnx_runtime
+
+    segment = exported["out"] / exported["report"]["segments"][0]["file"]
+    fused = _fused_ops(segment, tmp_path / "default.onnx", [])
+    assert {"SkipLayerNormalization", "BiasGelu"} <= fused  # the default does fuse
+    plain = _fused_ops(segment, tmp_path / "runtime.onnx", list(onnx_runtime.SLOW_FUSIONS))
+    assert not {"SkipLayerNormalization", "BiasGelu"} & plain
+    assert "LayerNormalization" in plain
+    seen = []  # open_session passes exactly those to onnxruntime
+    real = onnx_runtime.session_options
+
+    def recording(threads=None):
+        options = real(threads)
+        options.optimized_model_filepath = str(tmp_path / f"opened-{len(seen)}.onnx")
+        seen.append(options.optimized_model_filepath)
+        return options
+
+    monkeypatch.setattr(onnx_runtime, "session_options", recording)
+    onnx_runtime.OnnxEarlyExit(exported["out"], "none", None, threads=1)
+    ops = [{n.op_type for n in onnx.load(f).graph.node} for f in seen]
+    assert len(ops) == 1 + len(exported["report"]["segments"])
+    assert not any({"SkipLayerNormalization", "BiasGelu"} & o for o in ops)
+
+
 @pytest.mark.slow
 def test_parity_above_tolerance_fails_the_export(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
