@@ -11,8 +11,11 @@ engine, build the output records in input order), on the SST-2 dev sentences:
 - ``ee-onnx``: the ONNX Runtime early-exit runtime at the same setting.
 
 Each contender is loaded once (its start-up, imports aside, is timed and reported apart) and
-warmed up on 32 sentences; then ``--repeats`` rounds run the four round-robin, so each round's
-four runs see the same machine load, at batch 1 and at batch 32. A figure is the median over
+warmed up on 32 sentences; then ``--repeats`` rounds run the four round-robin, at batch 1 and
+at batch 32. Within a round the sentences are cut into ``--blocks`` slices and the four take
+turns slice by slice (each round's first contender rotates), so a slow moment of the shared
+machine, which lasts seconds, falls on all four alike (run whole, one after the other, the
+same contender's rounds differed by 50% on 2026-12-02). A figure is the median over
 rounds of sentences/s of the whole path; a ratio is the median over rounds of that round's
 ratio. Both engines run on ``--threads`` intra-op threads (one by default: on a shared
 2-core machine a second thread waits on its busy sibling at every op, see threads.py).
@@ -24,7 +27,7 @@ batch 32, and ``ee-onnx`` >= 0.9 of its layer speed-up over ``full-onnx``; the p
 Usage (from the repository root, after `dvc repro`)::
 
     python benchmarks/predict_throughput.py [--export models/sst2/acl-cl/export]
-        [--glue-dir ../shared/glue] [--examples 872] [--repeats 3] [--threads 1]
+        [--glue-dir ../shared/glue] [--examples 872] [--repeats 5] [--blocks 8] [--threads 1]
         [--out benchmarks/results/predict_throughput.json]
 """
 
@@ -85,11 +88,19 @@ def measure(args, lines: list[str], setting: dict, batch: int) -> dict:
         run_once(predictors[name], lines[:32])  # warm-up
     seconds: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     outputs: dict[str, list[dict]] = {}
+    size = -(-len(lines) // max(1, args.blocks))
+    blocks = [lines[i : i + size] for i in range(0, len(lines), size)]
     for round_ in range(args.repeats):
         order = CONTENDERS[round_ % 4 :] + CONTENDERS[: round_ % 4]  # who goes first rotates
-        for name in order:
-            took, outputs[name] = run_once(predictors[name], lines)
-            seconds[name].append(took)
+        took = dict.fromkeys(CONTENDERS, 0.0)
+        outputs = {name: [] for name in CONTENDERS}
+        for block in blocks:  # the four take turns block by block: a slow moment hits all
+            for name in order:
+                block_seconds, out = run_once(predictors[name], block)
+                took[name] += block_seconds
+                outputs[name] += out
+        for name in CONTENDERS:
+            seconds[name].append(took[name])
     rates = {n: len(lines) / statistics.median(s) for n, s in seconds.items()}
 
     def ratio(a: str, b: str) -> float:  # median over rounds of the round's ratio
@@ -129,7 +140,13 @@ def main() -> None:
     parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
     parser.add_argument("--examples", type=int, default=872, help="SST-2 dev sentences")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per batch size")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per batch size")
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=8,
+        help="slices of the sentences the contenders take turns on within a round",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/predict_throughput.json")
     )
@@ -165,6 +182,7 @@ def main() -> None:
             "export": str(args.export),
             "sentences": len(lines),
             "repeats": args.repeats,
+            "blocks": args.blocks,
             "setting": setting,
             "threads": args.threads,
         },  # fmt: skip
