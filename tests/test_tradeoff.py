@@ -289,12 +289,20 @@ def test_settings_are_chosen_on_validation_and_scored_on_dev(
     assert (row["policy"], row["threshold"], row["chosen_on"]) == ("confidence", 0.6, "validation")
     assert row["score"] == 0.700 and row["validation_score"] == 0.84  # dev, and where chosen
     assert row["min_score"] == pytest.approx(0.84)
+    assert row["met_on_dev"] is False  # 0.700 < ce's dev 0.80 - 0.01: said in the cell
+    assert [pick(result, "joint", b)["met_on_dev"] for b in (0, 2, 5)] == [True, False, False]
     row = pick(result, "joint", 0)  # floor 0.85: the full model (0.86) is the fastest admitted
     assert (row["policy"], row["score"], row["validation_score"]) == ("full", 0.81, 0.86)
     assert pick(result, "scl", 0)["policy"] is None  # 0.84 < 0.85 on validation
     assert pick(result, "scl", 1)["policy"] == "full"
+    assert pick(result, "scl", 0)["met_on_dev"] is None  # nothing chosen
     text = (task_dir / "tradeoff.md").read_text()
     assert "chosen on the validation split" in text
+    assert "4.00× (70.00, under the budget on dev)" in text
+    assert "(under the budget on dev) after a score" in text
+    assert "(81.00, under" not in text  # the full model at b 0 keeps its budget on dev
+    csv_rows = [r for r in read_csv(task_dir / "tradeoff.csv") if r["method"] == "joint"]
+    assert [r["met_on_dev"] for r in csv_rows] == ["True", "False", "False", "False"]
     # a method without a validation sweep: every method is chosen on dev, as before
     curves = json.loads((task_dir / "joint" / "curves.json").read_text())
     del curves["validation"]

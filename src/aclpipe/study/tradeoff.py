@@ -46,7 +46,8 @@ POINT_FIELDS = [
     "onnx_speedup_batch1", "onnx_speedup_batch32",
     "onnx_vs_torch_full_batch1", "onnx_vs_torch_full_batch32",
 ]  # fmt: skip
-ROW_FIELDS = ["method", "budget_points", "chosen_on", "min_score", "validation_score", *POINT_FIELDS]
+ROW_FIELDS = ["method", "budget_points", "chosen_on", "min_score", "validation_score",
+              "met_on_dev", *POINT_FIELDS]  # fmt: skip
 CURVE_FIELDS = ["method", *POINT_FIELDS]
 PLOTS = ("tradeoff_score_vs_time.png", "exit_scores.png")
 NAMES = ("tradeoff.md", "tradeoff.csv", "tradeoff_curves.csv", "exit_scores.csv", *PLOTS)
@@ -247,7 +248,9 @@ def budget_rows(
     With ``validation`` (per method, the points of ``validation_points``) and ce's validation
     score, a setting is chosen on validation (the budget's floor is ce's validation score
     minus b) and the row gives its dev figures, with ``validation_score`` beside: dev only
-    scores the choice (METHODS.md, "Comparisons"). Without, the choice is made on dev."""
+    scores the choice (METHODS.md, "Comparisons"), and ``met_on_dev`` says whether that dev
+    score is still within b points of ce's dev score (a budget met on validation can be missed
+    on dev; None when nothing was chosen). Without, the choice is made on dev."""
     rows = []
     for method, own in points.items():
         chooser = (validation or {}).get(method)
@@ -262,6 +265,8 @@ def budget_rows(
                 index = next((i for i, p in enumerate(chooser) if p is picked), None)
                 best = own[index] if picked else dict.fromkeys(POINT_FIELDS)
                 row["validation_score"] = picked["score"] if picked else None
+                dev_floor = round(reference - budget / 100, 10)
+                row["met_on_dev"] = None if not picked else best["score"] >= dev_floor - 1e-9
             else:
                 best = best_within(own, min_score) or dict.fromkeys(POINT_FIELDS)
             rows.append({**row, **{f: best[f] for f in POINT_FIELDS},

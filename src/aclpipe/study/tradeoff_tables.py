@@ -82,6 +82,7 @@ def _budget_name(budget: int) -> str:
 
 
 _LOW_BUDGET = " (floor ≤ majority)"
+_MISSED_ON_DEV = ", under the budget on dev"  # chosen on validation, below ce's dev score - b
 _LOW_METHOD = " (≤ majority)"
 
 
@@ -113,6 +114,10 @@ def _marks_note(report: dict) -> str:
     if _low_budgets(report):
         notes.append(f"{_LOW_BUDGET.strip()} on a budget: its floor is at or below the "
                      "majority-class score, so a constant guess meets it")  # fmt: skip
+    if any(r.get("met_on_dev") is False for r in report["rows"]):
+        notes.append(f"({_MISSED_ON_DEV.removeprefix(', ')}) after a score: the setting, chosen on "
+                     "validation within the budget, scores on dev below ce's dev score minus the "
+                     "budget")  # fmt: skip
     if any(_noisy(r, field) for r in report["rows"] if r["policy"] for field, _, _ in _BOUNDED):
         notes.append(caveats.NOISE_FOOTNOTE)
     return " ".join(f"{n}." for n in notes)
@@ -136,7 +141,8 @@ def _cells(report: dict, method: str, sep: str) -> list[str]:
     return [
         "-"
         if r["policy"] is None
-        else sep.join([f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f})",
+        else sep.join([f"{_speedup(r['layer_speedup'])} ({100 * r['score']:.2f}"
+                       f"{_MISSED_ON_DEV if r.get('met_on_dev') is False else ''})",
                        *_measured(r), _setting(r)])
         for r in rows
     ]  # fmt: skip
