@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Here, after run.sh: put the run folders the device brought back into campaign/runs/ and
+# print the `dvc commit` that records them (then `aclpipe campaign report`).
+# Usage: campaign/device/land.sh FOLDER   (FOLDER: the call's files_at, holding runs.tar.gz)
+#   REPLACE=1  a folder already here is replaced by the device's (after a FRESH=1 run)
+set -euo pipefail
+cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
+PY=${PY:-.venv/bin/python}
+from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call)}
+[ -f "$from/runs.tar.gz" ] || { echo "error: $from/runs.tar.gz not found: give the folder the run.sh call's files came back to" >&2; exit 1; }
+[ -f "$from/stack.txt" ] && { echo "device stack:"; sed 's/^/  /' "$from/stack.txt"; }
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+tar xzf "$from/runs.tar.gz" -C "$tmp"
+landed=() kept=0
+for folder in $(cd "$tmp" && find . -mindepth 2 -maxdepth 2 -type d | sed 's|^\./||' | sort); do
+  [ -f "$tmp/$folder/run.json" ] || { echo "skipped $folder: no run.json (not a finished run)"; continue; }
+  target="campaign/runs/$folder"
+  if [ -e "$target" ] && [ "${REPLACE:-0}" != 1 ]; then kept=$((kept + 1)); continue; fi
+  mkdir -p "$(dirname "$target")" && rm -rf "$target.landing" && cp -r "$tmp/$folder" "$target.landing"
+  rm -rf "$target" && mv "$target.landing" "$target"
+  landed+=("$target")
+done
+echo "landed ${#landed[@]} run folders; kept $kept already here (REPLACE=1 replaces them)"
+[ ${#landed[@]} -gt 0 ] || exit 0
+"$PY" - "${landed[@]}" <<'PY'
+import sys
+from pathlib import Path
+from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_runner import commit_command
+campaign = load_campaign(Path("campaign/params.yaml"))
+print("record them, then rebuild the reports:")
+print(" ", commit_command(campaign, [Path(p) for p in sys.argv[1:]]))
+print("  aclpipe campaign report")
+PY

