@@ -8,7 +8,11 @@ engine, build the output records in input order), on the SST-2 dev sentences:
 - ``full-onnx``: the full model on ONNX Runtime (``--engine onnx --policy none``);
 - ``ee-torch``: the PyTorch early-exit runtime at the export's default setting (the 1-point
   budget's pick of the trade-off sweep, ``export.json: default_setting``);
-- ``ee-onnx``: the ONNX Runtime early-exit runtime at the same setting.
+- ``ee-onnx``: the ONNX Runtime early-exit runtime at the same setting;
+- with an export made with ``--int8``, also ``full-onnx-int8`` and ``ee-onnx-int8``: the
+  int8 segments (``predict --precision int8``), full model and early exit at that setting.
+  They are another, approximate model: each contender's SST-2 dev accuracy is reported beside
+  its speed, and the targets are checked for the float32 engine and, apart, for int8.
 
 Each contender is loaded once (its start-up, imports aside, is timed and reported apart) and
 warmed up on 32 sentences; then ``--repeats`` rounds run the four round-robin, at batch 1 and
@@ -50,6 +54,7 @@ from threads import add_threads_option, apply_threads, machine  # noqa: E402
 from aclpipe.early_exit.predict import Predictor  # noqa: E402
 
 CONTENDERS = ("full-torch", "full-onnx", "ee-torch", "ee-onnx")
+INT8 = ("full-onnx-int8", "ee-onnx-int8")  # when the export has int8 segments
 TARGETS = {  # (numerator, denominator, batch size): at least
     ("ee-onnx", "ee-torch", 1): 2.0,
     ("ee-onnx", "ee-torch", 32): 1.5,
@@ -58,19 +63,20 @@ TARGETS = {  # (numerator, denominator, batch size): at least
 }
 
 
-def sst2_dev(glue_dir: Path, limit: int) -> list[str]:
+def sst2_dev(glue_dir: Path, limit: int) -> tuple[list[str], list[int]]:
     with open(glue_dir / "SST-2" / "dev.tsv", encoding="utf-8", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [row[0] for row in rows[1:]][:limit]
+    return [row[0] for row in rows[1:]][:limit], [int(row[1]) for row in rows[1:]][:limit]
 
 
 def load(export: Path, name: str, setting: dict, batch: int, threads: int) -> Predictor:
     engine = name.split("-")[1]
+    precision = "int8" if name.endswith("-int8") else "fp32"
     if name.startswith("full"):
-        return Predictor(export, "none", None, engine, batch, threads=threads)
-    return Predictor(
-        export, setting["policy"], setting["threshold"], engine, batch, threads=threads
-    )
+        return Predictor(export, "none", None, engine, batch, threads=threads,
+                         precision=precision)  # fmt: skip
+    return Predictor(export, setting["policy"], setting["threshold"], engine, batch,
+                     threads=threads, precision=precision)  # fmt: skip
 
 
 def run_once(predictor: Predictor, lines: list[str]) -> tuple[float, list[dict]]:
@@ -79,27 +85,29 @@ def run_once(predictor: Predictor, lines: list[str]) -> tuple[float, list[dict]]
     return time.perf_counter() - started, out
 
 
-def measure(args, lines: list[str], setting: dict, batch: int) -> dict:
+def measure(args, lines: list[str], labels: list[int], setting: dict, batch: int,
+            contenders: tuple[str, ...]) -> dict:  # fmt: skip
     predictors, startup = {}, {}
-    for name in CONTENDERS:
+    for name in contenders:
         started = time.perf_counter()
         predictors[name] = load(args.export, name, setting, batch, args.threads)
         startup[name] = time.perf_counter() - started
         run_once(predictors[name], lines[:32])  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
     outputs: dict[str, list[dict]] = {}
     size = -(-len(lines) // max(1, args.blocks))
     blocks = [lines[i : i + size] for i in range(0, len(lines), size)]
     for round_ in range(args.repeats):
-        order = CONTENDERS[round_ % 4 :] + CONTENDERS[: round_ % 4]  # who goes first rotates
-        took = dict.fromkeys(CONTENDERS, 0.0)
-        outputs = {name: [] for name in CONTENDERS}
-        for block in blocks:  # the four take turns block by block: a slow moment hits all
+        first = round_ % len(contenders)
+        order = contenders[first:] + contenders[:first]  # who goes first rotates
+        took = dict.fromkeys(contenders, 0.0)
+        outputs = {name: [] for name in contenders}
+        for block in blocks:  # they take turns block by block: a slow moment hits all
             for name in order:
                 block_seconds, out = run_once(predictors[name], block)
                 took[name] += block_seconds
                 outputs[name] += out
-        for name in CONTENDERS:
+        for name in contenders:
             seconds[name].append(took[name])
     rates = {n: len(lines) / statistics.median(s) for n, s in seconds.items()}
 
@@ -115,17 +123,24 @@ def measure(args, lines: list[str], setting: dict, batch: int) -> dict:
     same_label = sum(
         a["label"] == b["label"] for a, b in zip(outputs["ee-onnx"], outputs["ee-torch"])
     )
-    return {
+    pairs = [("ee-onnx", "ee-torch"), ("ee-onnx", "full-torch"), ("ee-onnx", "full-onnx"),
+             ("ee-torch", "full-torch"), ("full-onnx", "full-torch")]  # fmt: skip
+    if "ee-onnx-int8" in contenders:
+        pairs += [("ee-onnx-int8", "ee-torch"), ("ee-onnx-int8", "full-torch"),
+                  ("ee-onnx-int8", "full-onnx-int8"), ("ee-onnx-int8", "ee-onnx"),
+                  ("full-onnx-int8", "full-onnx")]  # fmt: skip
+    result = {
         "batch_size": batch,
         "sentences_per_second": {n: round(r, 1) for n, r in rates.items()},
-        "startup_seconds": {n: round(s, 3) for n, s in startup.items()},
-        "ratios": {
-            "ee-onnx/ee-torch": round(ratio("ee-onnx", "ee-torch"), 3),
-            "ee-onnx/full-torch": round(ratio("ee-onnx", "full-torch"), 3),
-            "ee-onnx/full-onnx": round(ratio("ee-onnx", "full-onnx"), 3),
-            "ee-torch/full-torch": round(ratio("ee-torch", "full-torch"), 3),
-            "full-onnx/full-torch": round(ratio("full-onnx", "full-torch"), 3),
+        "dev_accuracy": {
+            n: round(statistics.fmean(r["label"] == y for r, y in zip(out, labels)), 4)
+            for n, out in outputs.items()
         },
+        "mean_exit_layer_per_contender": {
+            n: round(statistics.fmean(r["exit_layer"] for r in out), 3) for n, out in outputs.items()
+        },
+        "startup_seconds": {n: round(s, 3) for n, s in startup.items()},
+        "ratios": {f"{a}/{b}": round(ratio(a, b), 3) for a, b in pairs},
         "mean_exit_layer": round(mean_layer, 3),
         "layer_speedup": round(layer_speedup, 3),
         "ee-onnx_share_of_layer_speedup": round(ratio("ee-onnx", "full-onnx") / layer_speedup, 3),
@@ -133,6 +148,16 @@ def measure(args, lines: list[str], setting: dict, batch: int) -> dict:
         "ee-onnx_vs_ee-torch_same_label": same_label / len(lines),
         "seconds": {n: [round(x, 4) for x in s] for n, s in seconds.items()},
     }
+    if "ee-onnx-int8" in contenders:
+        int8_layer = statistics.fmean(r["exit_layer"] for r in outputs["ee-onnx-int8"])
+        result["ee-onnx-int8_share_of_layer_speedup"] = round(
+            ratio("ee-onnx-int8", "full-onnx-int8") / (num_layers / int8_layer), 3
+        )
+        for other in ("ee-onnx", "ee-torch"):
+            result[f"ee-onnx-int8_vs_{other}_same_label"] = sum(
+                a["label"] == b["label"] for a, b in zip(outputs["ee-onnx-int8"], outputs[other])
+            ) / len(lines)
+    return result
 
 
 def main() -> None:
@@ -157,23 +182,27 @@ def main() -> None:
     setting = record.get("default_setting")
     if not setting or setting["policy"] == "none":
         sys.exit(f"{args.export} has no early-exit default setting: run `dvc repro` first")
-    lines = sst2_dev(args.glue_dir, args.examples)
+    lines, labels = sst2_dev(args.glue_dir, args.examples)
     if len(lines) < 200:
         print(f"warning: {len(lines)} sentences are too few for a stable figure", file=sys.stderr)
-    results = [measure(args, lines, setting, batch) for batch in (1, 32)]
+    contenders = CONTENDERS + (INT8 if record.get("int8") else ())
+    results = [measure(args, lines, labels, setting, batch, contenders) for batch in (1, 32)]
     import onnxruntime
     import torch
     import transformers
 
     checks = []
-    for (a, b, batch), target in TARGETS.items():
-        got = next(r for r in results if r["batch_size"] == batch)["ratios"][f"{a}/{b}"]
-        checks.append({"ratio": f"{a}/{b}", "batch_size": batch, "value": got, "target": target,
-                       "met": got >= target})  # fmt: skip
-    for r in results:
-        share = r["ee-onnx_share_of_layer_speedup"]
-        checks.append({"ratio": "ee-onnx/full-onnx over layer speed-up", "batch_size": r["batch_size"],
-                       "value": share, "target": 0.9, "met": share >= 0.9})  # fmt: skip
+    for suffix in ("", "-int8") if "ee-onnx-int8" in contenders else ("",):
+        for (a, b, batch), target in TARGETS.items():
+            ratio = f"{a}{suffix}/{b}"
+            got = next(r for r in results if r["batch_size"] == batch)["ratios"][ratio]
+            checks.append({"ratio": ratio, "batch_size": batch, "value": got, "target": target,
+                           "met": got >= target})  # fmt: skip
+        for r in results:
+            share = r[f"ee-onnx{suffix}_share_of_layer_speedup"]
+            checks.append({"ratio": f"ee-onnx{suffix}/full-onnx{suffix} over layer speed-up",
+                           "batch_size": r["batch_size"], "value": share, "target": 0.9,
+                           "met": share >= 0.9})  # fmt: skip
     report = {
         "benchmark": "predict_throughput",
         "command": "python " + " ".join(sys.argv),
@@ -203,6 +232,7 @@ def main() -> None:
     for r in results:
         rates = "  ".join(f"{n} {v:.1f}/s" for n, v in r["sentences_per_second"].items())
         print(f"batch {r['batch_size']:>2}: {rates}")
+        print(f"          dev accuracy {r['dev_accuracy']}")
         print(f"          ratios {r['ratios']}; mean exit layer {r['mean_exit_layer']}, layer "
               f"speed-up {r['layer_speedup']}x, ee-onnx share of it {r['ee-onnx_share_of_layer_speedup']}")  # fmt: skip
     for c in checks:

@@ -252,6 +252,14 @@ def export_exits(
     opset: Annotated[
         int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")
     ] = None,
+    int8: Annotated[
+        bool,
+        typer.Option(
+            "--int8",
+            help="Also write int8 copies of the segments (ONNX Runtime dynamic quantization; "
+            "`predict --precision int8`) and score them on dev against the model.",
+        ),
+    ] = False,
 ) -> None:
     """Export a trained model for early exit into models/<task>/<method>/export/: ONNX graphs
     an early-exit runtime chains (embeddings, then one segment per exit, each checked against
@@ -266,7 +274,7 @@ def export_exits(
         curves = LAYOUT.report(t.name, m) / CURVES_JSON  # the default exit setting's source
         reference = LAYOUT.report(t.name, "ce") / METRICS
         run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console,
-                   curves, reference)  # fmt: skip
+                   curves, reference, int8)  # fmt: skip
         console.print(f"exported {out}", highlight=False)
 
 
@@ -332,6 +340,14 @@ def predict(
         int | None,
         typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
     ] = None,
+    precision: Annotated[
+        str,
+        typer.Option(
+            "--precision",
+            help="onnx engine: fp32 (the exported model), or int8 (its int8 segments from "
+            "`export-exits --int8`: faster, approximate; export.json has their dev scores).",
+        ),
+    ] = "fp32",
 ) -> None:
     """Predict with early exit: one JSON line per input record (label, probability, exit
     layer), in input order; throughput and the mean exit layer on stderr at the end."""
@@ -342,7 +358,8 @@ def predict(
     if batch_size < 1 or max_length < 2 or (threads is not None and threads < 1):
         raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
     fmt = pick_format(input, input_format)
-    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length, threads=threads)
+    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length,
+                          threads=threads, precision=precision)  # fmt: skip
     lines = read_lines(input)
     total = _count_records(input, fmt)
     rows = predictor.records(lines, fmt)

@@ -20,7 +20,9 @@
   ``logits`` is dev_matched, ``logits_dev_mismatched`` the mismatched split);
 - ``export.json``: task, label names, exits, pooling, the graphs with their max abs
   differences (per graph and for the chain), the tolerance, the default exit setting
-  (``aclpipe.early_exit.settings``), opset, versions.
+  (``aclpipe.early_exit.settings``), opset, versions;
+- with ``int8``: ``segment_<k>.int8.onnx`` per exit (``aclpipe.early_exit.quantize``) and,
+  in export.json under ``int8``, what they score on dev against the model.
 """
 
 from __future__ import annotations
@@ -144,6 +146,41 @@ def write_tokenizer_file(tokenizer, path: Path) -> None:
     backend.save(str(path))
 
 
+def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict,
+               report: dict, folder: Path, batch_size: int) -> dict:  # fmt: skip
+    """Int8 copies of the segments in ``folder``, and their dev figures against the model's
+    ``logits`` (``dev_logits``) at every exit and at the export's default setting."""
+    from aclpipe.early_exit import quantize
+    from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+
+    files = quantize.quantize_segments(folder, [s["file"] for s in report["segments"]])
+    runtime = OnnxEarlyExit(folder, "none", None, precision="int8",
+                            record={**report, "int8": {"segments": files}})  # fmt: skip
+    chained = quantize.chain_logits(runtime, rows, report["pad_id"], batch_size)
+    setting = report["default_setting"]
+    num_layers = model.encoder.config.num_hidden_layers
+    dev = quantize.compare(task, logits["logits"], chained, logits["labels"],
+                           model.spec.exits, num_layers, setting)  # fmt: skip
+    return {"segments": files, "method": quantize.METHOD, "split": task.dev_splits[0][0], **dev}
+
+
+def int8_line(record: dict) -> str:
+    at = record["default_setting"]
+    agree = record.get("label_agreement")
+    return (
+        f"int8 segments: dev score per exit {_points(record['score_int8'])} against "
+        f"{_points(record['score'])}"
+        + (f", labels agree {min(agree):.1%}-{max(agree):.1%}" if agree else "")
+        + f"; at the default setting ({at['policy']} {at['threshold']}) "
+        f"{at['score_int8'] * 100:.2f} against {at['score'] * 100:.2f}, mean exit layer "
+        f"{at['mean_exit_layer_int8']:.2f} against {at['mean_exit_layer']:.2f}"
+    )
+
+
+def _points(scores: list[float]) -> str:
+    return "/".join(f"{s * 100:.1f}" for s in scores)
+
+
 def export_exits(
     task: Task,
     model_dir: Path,
@@ -154,6 +191,7 @@ def export_exits(
     console: Console | None = None,
     curves_path: Path | None = None,
     reference_path: Path | None = None,
+    int8: bool = False,
 ) -> dict:
     """Export the model in ``model_dir``: ONNX segments, tokenizer, model folder, dev logits.
 
@@ -167,6 +205,7 @@ def export_exits(
         console: where to print the parity lines.
         curves_path, reference_path: the method's ``curves.json`` and ce's ``metrics.json``,
             from which the default exit setting is chosen (``aclpipe.early_exit.settings``).
+        int8: also write int8 segments and measure them on dev (``early_exit.quantize``).
 
     Returns:
         The ``export.json`` record.
@@ -198,7 +237,8 @@ def export_exits(
             )
         write_tokenizer_file(tokenizer, tmp / EXPORT_TOKENIZER)
         save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
-        np.savez(tmp / DEV_LOGITS, **dev_logits(task, model, data_dir, batch_size))
+        logits = dev_logits(task, model, data_dir, batch_size)
+        np.savez(tmp / DEV_LOGITS, **logits)
         if curves_path is None or reference_path is None:
             default = fallback("no curves.json given to the export", task.is_regression)
         else:
@@ -225,5 +265,8 @@ def export_exits(
             "dev_logits": DEV_LOGITS,
             "versions": {m.__name__: m.__version__ for m in (torch, onnxruntime, transformers)},
         }
+        if int8:
+            report["int8"] = write_int8(task, model, rows, logits, report, tmp, batch_size)
+            console.print(int8_line(report["int8"]), highlight=False)
         (tmp / EXPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report

@@ -80,6 +80,24 @@ def session_options(threads: int | None = None):
     return options
 
 
+PRECISIONS = ("fp32", "int8")
+
+
+def segment_files(record: dict, precision: str, folder: Path) -> list[str]:
+    """The segments to chain: the exported ones (fp32), or their int8 copies
+    (``export-exits --int8``, ``aclpipe.early_exit.quantize``)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}: use fp32 or int8")
+    if precision == "fp32":
+        return [s["file"] for s in record["segments"]]
+    if not (record.get("int8") or {}).get("segments"):
+        raise UserError(
+            f"{folder} has no int8 segments: export with `aclpipe export-exits --int8`, or use "
+            "--precision fp32"
+        )
+    return list(record["int8"]["segments"])
+
+
 @dataclass
 class EarlyExitArrays:
     logits: np.ndarray  # [B, C] float32, the logits at the exit each sample left by
@@ -97,14 +115,16 @@ class OnnxEarlyExit:
         threshold: float | None,
         eps: float = 0.1,
         threads: int | None = None,
+        precision: str = "fp32",
+        record: dict | None = None,
     ) -> None:
-        record = read_export(folder)
+        record = record or read_export(folder)
         self.exits: list[int] = list(record["exits"])
         self.num_labels = int(record["num_labels"])
         self.regression = bool(record.get("regression", self.num_labels == 1))
         self.eps = eps
         self._use(policy, threshold)
-        files = [record["embeddings"]["file"], *(s["file"] for s in record["segments"])]
+        files = [record["embeddings"]["file"], *segment_files(record, precision, folder)]
         try:
             sessions = [open_session(folder / f, threads) for f in files]
         except Exception as err:  # onnxruntime's errors carry C++ detail over many lines

@@ -110,6 +110,7 @@ class Predictor:
         max_length: int = 128,
         task_labels: list[str] | None = None,
         threads: int | None = None,  # intra-op threads of the engine (None: its default)
+        precision: str = "fp32",  # onnx: fp32, or int8 (export-exits --int8; early_exit.quantize)
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise UserError(
@@ -121,7 +122,14 @@ class Predictor:
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}: use onnx or torch")
         self.policy, self.threshold, self.setting_source = choose_setting(policy, threshold, record)
+        if precision != "fp32" and engine != "onnx":
+            raise UserError(
+                f"--precision {precision} runs on the onnx engine only: drop --engine torch, or "
+                "use --precision fp32"
+            )
         self.engine_name, self.batch_size = engine, batch_size
+        if precision != "fp32":
+            self.engine_name = f"{engine} {precision}"
         model_dir = model / EXPORT_MODEL if record else model
         if engine == "onnx":
             if record is None:
@@ -132,7 +140,8 @@ class Predictor:
                 )
             from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
-            runtime = OnnxEarlyExit(model, self.policy, self.threshold, threads=threads)
+            runtime = OnnxEarlyExit(model, self.policy, self.threshold, threads=threads,
+                                    precision=precision)  # fmt: skip
 
             def run(arrays: dict) -> tuple[np.ndarray, np.ndarray]:
                 result = runtime(**arrays)

@@ -1,0 +1,128 @@
+"""Int8 segments (``export-exits --int8``): an approximate, faster copy of the exported chain.
+
+ONNX Runtime's dynamic quantization rewrites each segment's weight products (the six linear
+maps of a layer and the head's classifier: ``MatMul``/``Gemm`` with a constant weight) as
+``MatMulInteger``: weights stored as int8, one scale per output channel; activations
+quantized to uint8 per batch at run time. The attention products (two activations), the
+layer norms, softmax and the embeddings stay float32. ``segment_<k>.int8.onnx`` sits beside
+``segment_<k>.onnx``; ``predict --precision int8`` chains them.
+
+This is not the exported model: its logits move and some labels and exits change. So the
+export measures it, on the dev split, against the PyTorch model it came from: every exit's
+score with both, how often the labels agree, the largest logit gap, and the default exit
+setting's score and mean exit layer with both (``export.json``, key ``int8``). Nothing is
+checked against a tolerance; the figures are there to decide with. The measurement holds for
+the machine that made it: ONNX Runtime's int8 kernels differ between CPUs (with AVX-512 VNNI
+or AMX, as here, and without).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from aclpipe.data.tasks import Task
+from aclpipe.early_exit.tokens import pad
+
+SUFFIX = ".int8.onnx"
+METHOD = (
+    "onnxruntime.quantization.quantize_dynamic: MatMul/Gemm weights int8 per output channel, "
+    "activations uint8 per batch; attention products, norms, softmax and embeddings float32"
+)
+
+
+def int8_name(file: str) -> str:
+    """``segment_3.onnx`` -> ``segment_3.int8.onnx``."""
+    return file.removesuffix(".onnx") + SUFFIX
+
+
+def quantize_segments(folder: Path, files: list[str]) -> list[str]:
+    """Write ``int8_name(f)`` beside every segment ``f`` in ``folder``; returns their names."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    written = []
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its advice to pre-process the graph first, every call
+    try:
+        for file in files:
+            written.append(int8_name(file))
+            quantize_dynamic(
+                folder / file,
+                folder / written[-1],
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul", "Gemm"],
+            )
+    finally:
+        logger.setLevel(level)
+    return written
+
+
+def chain_logits(runtime, rows: list[dict], pad_id: int, batch_size: int) -> np.ndarray:
+    """Every exit's logits ``[E, N, C]`` (rows in their given order) through the sessions of
+    an ``OnnxEarlyExit``: the embeddings, then every segment for every row."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
+    chunks = []
+    for start in range(0, len(order), batch_size):
+        group = [rows[i] for i in order[start : start + batch_size]]
+        group = [{"token_type_ids": [0] * len(r["input_ids"]), **r} for r in group]
+        arrays = pad(group, pad_id)
+        (states,) = runtime.embeddings.run(None, {n: arrays[n] for n in runtime.inputs})
+        per_exit = []
+        for segment in runtime.segments:
+            states, logits = segment.run(
+                None, {"states": states, "attention_mask": arrays["attention_mask"]}
+            )
+            per_exit.append(logits)
+        chunks.append(np.stack(per_exit))  # [E, b, C]
+    stacked = np.concatenate(chunks, axis=1)
+    out = np.empty_like(stacked)
+    out[:, np.array(order)] = stacked
+    return out
+
+
+def compare(
+    task: Task,
+    reference: np.ndarray,
+    int8: np.ndarray,
+    labels: np.ndarray,
+    exits: list[int],
+    num_layers: int,
+    setting: dict,
+    eps: float = 0.1,
+) -> dict:
+    """The int8 chain's logits ``[E, N, C]`` against the model's: per exit and at ``setting``."""
+    from aclpipe.early_exit.sweep import policy_point
+    from aclpipe.evaluation.scoring import exit_scores
+
+    record: dict = {
+        "exits": list(exits),
+        "score": [s["score"] for s in exit_scores(task, reference, labels)],
+        "score_int8": [s["score"] for s in exit_scores(task, int8, labels)],
+        "max_abs_diff_logits": [float(np.abs(a - b).max()) for a, b in zip(int8, reference)],
+    }
+    if not task.is_regression:
+        same = int8.argmax(axis=-1) == reference.argmax(axis=-1)  # [E, N]
+        record["label_agreement"] = [float(s) for s in same.mean(axis=1)]
+    policy, threshold = setting["policy"], setting["threshold"]
+    if policy == "none":  # the full model: the last exit for every row
+        points = [{"score": record[key][-1], "mean_exit_layer": float(exits[-1])}
+                  for key in ("score", "score_int8")]  # fmt: skip
+    else:
+        points = [
+            policy_point(task, logits, labels, exits, num_layers, policy, threshold, eps)
+            for logits in (reference, int8)
+        ]
+    record["default_setting"] = {
+        "policy": policy,
+        "threshold": threshold,
+        "score": points[0]["score"],
+        "score_int8": points[1]["score"],
+        "mean_exit_layer": points[0]["mean_exit_layer"],
+        "mean_exit_layer_int8": points[1]["mean_exit_layer"],
+    }
+    return record
