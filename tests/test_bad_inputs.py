@@ -295,6 +295,14 @@ CASES: list[Case] = [
          r"--engine onnx needs the folder `aclpipe export-exits` writes \(models/<task>/<method>/export\), "
          r"with export.json; models/sst2/ce has none: give that folder, or use --engine torch",
          predict("good .\n", "--engine", "onnx")),
+    Case("predict-int8-without-export", "--precision int8 on a model folder (no int8 segments)",
+         r"--precision int8 needs an export folder with int8 segments \(`aclpipe export-exits --int8` "
+         r"writes models/<task>/<method>/export\); models/sst2/ce is not one: give that folder, or "
+         r"use --precision fp32",
+         predict("good .\n", "--precision", "int8")),
+    Case("predict-unknown-precision", "a precision that does not exist",
+         r"unknown precision 'fp16': use fp32 or int8",
+         predict("good .\n", "--precision", "fp16")),
     Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",
