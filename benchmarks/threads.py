@@ -46,7 +46,7 @@ def machine() -> dict:
     info["cpu"] = (
         f"{fields.get('model name', '')} (family {fields.get('cpu family')}, model {fields.get('model')})"
     )
-    info["isa"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    info["isa"] = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile") if f in flags]
     try:
         info["l3_cache"] = (
             open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="utf-8").read().strip()
