@@ -154,9 +154,10 @@ def measure(args, lines: list[str], labels: list[int], setting: dict, batch: int
             ratio("ee-onnx-int8", "full-onnx-int8") / (num_layers / int8_layer), 3
         )
         for other in ("ee-onnx", "ee-torch"):
-            result[f"ee-onnx-int8_vs_{other}_same_label"] = sum(
-                a["label"] == b["label"] for a, b in zip(outputs["ee-onnx-int8"], outputs[other])
-            ) / len(lines)
+            for key in ("label", "exit_layer"):
+                result[f"ee-onnx-int8_vs_{other}_same_{key}"] = sum(
+                    a[key] == b[key] for a, b in zip(outputs["ee-onnx-int8"], outputs[other])
+                ) / len(lines)
     return result
 
 

@@ -297,8 +297,8 @@ CASES: list[Case] = [
          predict("good .\n", "--engine", "onnx")),
     Case("predict-int8-without-export", "--precision int8 on a model folder (no int8 segments)",
          r"--precision int8 needs an export folder with int8 segments \(`aclpipe export-exits --int8` "
-         r"writes models/<task>/<method>/export\); models/sst2/ce is not one: give that folder, or "
-         r"use --precision fp32",
+         r"writes models/<task>/<method>/export\); models/sst2/ce has none: export with --int8 and "
+         r"give that folder, or use --precision fp32",
          predict("good .\n", "--precision", "int8")),
     Case("predict-unknown-precision", "a precision that does not exist",
          r"unknown precision 'fp16': use fp32 or int8",

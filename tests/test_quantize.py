@@ -64,6 +64,33 @@ def test_every_weight_product_is_int8_and_nothing_else_changes(int8_export: dict
         assert [o.name for o in graph.output] == [o.name for o in original.output]
 
 
+def _weight_products(graph) -> int:
+    weights = {init.name for init in graph.initializer}
+    return sum(
+        node.op_type in ("MatMul", "Gemm") and bool(weights & set(node.input)) for node in graph.node
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooling", ["cls", "layer-attention"])
+def test_other_poolings_quantize_every_weight_product(pooling, tmp_path, tiny_model_dir):
+    """cls pooling's dense layer and layer-attention's scorer are weight products too (and
+    layer-attention's states carry every layer): each becomes MatMulInteger, and the int8
+    chain runs and stays near the model."""
+    import onnx
+
+    model_dir, data_dir = trained_folders(tmp_path, tiny_model_dir, pooling)
+    report = export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / "export",
+                          batch_size=BATCH, int8=True)  # fmt: skip
+    for plain, int8 in zip(report["segments"], report["int8"]["segments"]):
+        before = onnx.load(str(tmp_path / "export" / plain["file"])).graph
+        after = onnx.load(str(tmp_path / "export" / int8)).graph
+        assert _weight_products(after) == 0
+        assert [n.op_type for n in after.node].count("MatMulInteger") == _weight_products(before) > 7
+    assert max(report["int8"]["max_abs_diff_logits"]) < 0.05
+    assert min(report["int8"]["label_agreement"]) >= 0.8
+
+
 @pytest.mark.slow
 def test_recorded_dev_figures_match_a_plain_loop(int8_export: dict) -> None:
     """score_int8, label_agreement and max_abs_diff_logits recomputed from the int8 sessions
@@ -172,5 +199,7 @@ def test_predict_precision_int8_and_its_errors(int8_export: dict, tmp_path: Path
     export_exits(TASKS["sst2"], int8_export["model_dir"], int8_export["data_dir"], plain, batch_size=BATCH)
     assert "int8" not in json.loads((plain / EXPORT_JSON).read_text())
     assert not list(plain.glob("*.int8.onnx"))
-    with pytest.raises(UserError, match="has no int8 segments: export with `aclpipe export-exits --int8`"):
+    with pytest.raises(UserError, match="needs an export folder with int8 segments .* has none"):
         Predictor(plain, precision="int8")
+    with pytest.raises(UserError, match="has none: export with --int8"):
+        OnnxEarlyExit(plain, "none", None, precision="int8")

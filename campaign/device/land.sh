@@ -4,9 +4,10 @@
 # Usage: campaign/device/land.sh FOLDER   (FOLDER: the call's files_at, holding runs.tar.gz)
 #   REPLACE=1  a folder already here is replaced by the device's (after a FRESH=1 run)
 set -euo pipefail
+from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call)}
+from=$(realpath -m "$from")   # before the cd below
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 PY=${PY:-.venv/bin/python}
-from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call)}
 [ -f "$from/runs.tar.gz" ] || { echo "error: $from/runs.tar.gz not found: give the folder the run.sh call's files came back to" >&2; exit 1; }
 [ -f "$from/stack.txt" ] && { echo "device stack:"; sed 's/^/  /' "$from/stack.txt"; }
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
@@ -16,8 +17,11 @@ for folder in $(cd "$tmp" && find . -mindepth 2 -maxdepth 2 -type d | sed 's|^\.
   [ -f "$tmp/$folder/run.json" ] || { echo "skipped $folder: no run.json (not a finished run)"; continue; }
   target="campaign/runs/$folder"
   if [ -e "$target" ] && [ "${REPLACE:-0}" != 1 ]; then kept=$((kept + 1)); continue; fi
-  mkdir -p "$(dirname "$target")" && rm -rf "$target.landing" && cp -r "$tmp/$folder" "$target.landing"
-  rm -rf "$target" && mv "$target.landing" "$target"
+  parent=$(dirname "$target") name=$(basename "$target")   # hidden names while it moves in
+  mkdir -p "$parent" && rm -rf "$parent/.landing-$name" "$parent/.old-$name"
+  cp -r "$tmp/$folder" "$parent/.landing-$name"
+  [ -e "$target" ] && mv "$target" "$parent/.old-$name"
+  mv "$parent/.landing-$name" "$target" && rm -rf "$parent/.old-$name"
   landed+=("$target")
 done
 echo "landed ${#landed[@]} run folders; kept $kept already here (REPLACE=1 replaces them)"

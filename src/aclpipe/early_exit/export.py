@@ -167,11 +167,12 @@ def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict
 def int8_line(record: dict) -> str:
     at = record["default_setting"]
     agree = record.get("label_agreement")
+    setting = "the full model" if at["policy"] == "none" else f"{at['policy']} {at['threshold']}"
     return (
         f"int8 segments: dev score per exit {_points(record['score_int8'])} against "
         f"{_points(record['score'])}"
         + (f", labels agree {min(agree):.1%}-{max(agree):.1%}" if agree else "")
-        + f"; at the default setting ({at['policy']} {at['threshold']}) "
+        + f"; at the default setting ({setting}) "
         f"{at['score_int8'] * 100:.2f} against {at['score'] * 100:.2f}, mean exit layer "
         f"{at['mean_exit_layer_int8']:.2f} against {at['mean_exit_layer']:.2f}"
     )

@@ -83,18 +83,25 @@ def session_options(threads: int | None = None):
 PRECISIONS = ("fp32", "int8")
 
 
+def check_precision(precision: str, record: dict | None, folder: Path) -> None:
+    """A one-line ``UserError`` unless ``precision`` names segments the export in ``folder``
+    (its ``export.json`` ``record``, None for a folder without one) holds."""
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}: use fp32 or int8")
+    if precision != "fp32" and not ((record or {}).get("int8") or {}).get("segments"):
+        raise UserError(
+            f"--precision {precision} needs an export folder with int8 segments (`aclpipe "
+            f"export-exits --int8` writes models/<task>/<method>/export); {folder} has none: "
+            "export with --int8 and give that folder, or use --precision fp32"
+        )
+
+
 def segment_files(record: dict, precision: str, folder: Path) -> list[str]:
     """The segments to chain: the exported ones (fp32), or their int8 copies
     (``export-exits --int8``, ``aclpipe.early_exit.quantize``)."""
-    if precision not in PRECISIONS:
-        raise UserError(f"unknown precision {precision!r}: use fp32 or int8")
+    check_precision(precision, record, folder)
     if precision == "fp32":
         return [s["file"] for s in record["segments"]]
-    if not (record.get("int8") or {}).get("segments"):
-        raise UserError(
-            f"{folder} has no int8 segments: export with `aclpipe export-exits --int8`, or use "
-            "--precision fp32"
-        )
     return list(record["int8"]["segments"])
 
 

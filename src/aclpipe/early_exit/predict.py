@@ -41,7 +41,7 @@ from typing import TextIO
 import numpy as np
 
 from aclpipe.early_exit.inputs import read_lines, records
-from aclpipe.early_exit.onnx_runtime import PRECISIONS
+from aclpipe.early_exit.onnx_runtime import check_precision
 from aclpipe.early_exit.policies import POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
@@ -118,19 +118,12 @@ class Predictor:
                 f"batch size {batch_size} and max length {max_length} must be >= 1 and 2"
             )
         record = _export_record(model)
+        check_precision(precision, record, model)
         if engine is None:
             engine = "onnx" if record and record.get("segments") else "torch"
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}: use onnx or torch")
         self.policy, self.threshold, self.setting_source = choose_setting(policy, threshold, record)
-        if precision not in PRECISIONS:
-            raise UserError(f"unknown precision {precision!r}: use fp32 or int8")
-        if precision != "fp32" and record is None:
-            raise UserError(
-                f"--precision {precision} needs an export folder with int8 segments (`aclpipe "
-                f"export-exits --int8` writes models/<task>/<method>/export); {model} is not "
-                "one: give that folder, or use --precision fp32"
-            )
         if precision != "fp32" and engine != "onnx":
             raise UserError(
                 f"--precision {precision} runs on the onnx engine only: drop --engine torch, or "

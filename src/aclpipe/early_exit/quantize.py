@@ -1,7 +1,8 @@
 """Int8 segments (``export-exits --int8``): an approximate, faster copy of the exported chain.
 
-ONNX Runtime's dynamic quantization rewrites each segment's weight products (the six linear
-maps of a layer and the head's classifier: ``MatMul``/``Gemm`` with a constant weight) as
+ONNX Runtime's dynamic quantization rewrites each segment's weight products (every
+``MatMul``/``Gemm`` with a constant weight: a layer's six linear maps, the head's classifier,
+and a head's own linear maps: cls pooling's dense layer, layer-attention's scorer) as
 ``MatMulInteger``: weights stored as int8, one scale per output channel; activations
 quantized to uint8 per batch at run time. The attention products (two activations), the
 layer norms, softmax and the embeddings stay float32. ``segment_<k>.int8.onnx`` sits beside
@@ -24,6 +25,7 @@ import numpy as np
 
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.tokens import pad
+from aclpipe.errors import UserError
 
 SUFFIX = ".int8.onnx"
 METHOD = (
@@ -57,6 +59,12 @@ def quantize_segments(folder: Path, files: list[str]) -> list[str]:
                 per_channel=True,
                 op_types_to_quantize=["MatMul", "Gemm"],
             )
+    except Exception as err:  # onnxruntime's quantizer raises anything, over many lines
+        reason = (str(err).strip().splitlines() or [""])[0][:300]
+        raise UserError(
+            f"int8 quantization of {written[-1].removesuffix(SUFFIX)}.onnx failed "
+            f"({type(err).__name__}: {reason}): export without --int8"
+        ) from err
     finally:
         logger.setLevel(level)
     return written
