@@ -144,7 +144,7 @@ def test_compare_by_hand() -> None:
     int8[0, 0] = [0.2, 0.0]  # row 0 is no longer confident at exit 1: it runs to exit 2
     labels = np.array([0, 1, 1, 0])
     setting = {"policy": "confidence", "threshold": 0.8}
-    got = compare(TASKS["sst2"], reference, int8, labels, [1, 2], 2, setting)
+    got = compare(TASKS["sst2"], reference, int8, labels, [1, 2], setting)
     assert got["score"] == [0.5, 1.0] and got["score_int8"] == [0.75, 1.0]
     assert got["label_agreement"] == [0.75, 1.0]
     assert got["max_abs_diff_logits"] == pytest.approx([1.8, 0.0])
@@ -153,7 +153,7 @@ def test_compare_by_hand() -> None:
     assert (at["score"], at["mean_exit_layer"]) == (1.0, 1.5)
     # int8: row 1 leaves at exit 1; rows 0, 2, 3 at exit 2: 4/4, mean 1.75
     assert (at["score_int8"], at["mean_exit_layer_int8"]) == (1.0, 1.75)
-    full = compare(TASKS["sst2"], reference, int8, labels, [1, 2], 2, {"policy": "none", "threshold": None})
+    full = compare(TASKS["sst2"], reference, int8, labels, [1, 2], {"policy": "none", "threshold": None})
     assert full["default_setting"]["score_int8"] == 1.0
     assert full["default_setting"]["mean_exit_layer_int8"] == 2.0
 

@@ -157,10 +157,8 @@ def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict
     runtime = OnnxEarlyExit(folder, "none", None, precision="int8",
                             record={**report, "int8": {"segments": files}})  # fmt: skip
     chained = quantize.chain_logits(runtime, rows, report["pad_id"], batch_size)
-    setting = report["default_setting"]
-    num_layers = model.encoder.config.num_hidden_layers
     dev = quantize.compare(task, logits["logits"], chained, logits["labels"],
-                           model.spec.exits, num_layers, setting)  # fmt: skip
+                           model.spec.exits, report["default_setting"])  # fmt: skip
     return {"segments": files, "method": quantize.METHOD, "split": task.dev_splits[0][0], **dev}
 
 

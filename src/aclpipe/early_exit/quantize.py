@@ -99,12 +99,10 @@ def compare(
     int8: np.ndarray,
     labels: np.ndarray,
     exits: list[int],
-    num_layers: int,
     setting: dict,
     eps: float = 0.1,
 ) -> dict:
     """The int8 chain's logits ``[E, N, C]`` against the model's: per exit and at ``setting``."""
-    from aclpipe.early_exit.sweep import policy_point
     from aclpipe.evaluation.scoring import exit_scores
 
     record: dict = {
@@ -117,20 +115,33 @@ def compare(
         same = int8.argmax(axis=-1) == reference.argmax(axis=-1)  # [E, N]
         record["label_agreement"] = [float(s) for s in same.mean(axis=1)]
     policy, threshold = setting["policy"], setting["threshold"]
-    if policy == "none":  # the full model: the last exit for every row
-        points = [{"score": record[key][-1], "mean_exit_layer": float(exits[-1])}
-                  for key in ("score", "score_int8")]  # fmt: skip
-    else:
-        points = [
-            policy_point(task, logits, labels, exits, num_layers, policy, threshold, eps)
-            for logits in (reference, int8)
-        ]
+    (score, layer), (score_int8, layer_int8) = (
+        _at_setting(task, logits, labels, exits, policy, threshold, eps)
+        for logits in (reference, int8)
+    )
     record["default_setting"] = {
         "policy": policy,
         "threshold": threshold,
-        "score": points[0]["score"],
-        "score_int8": points[1]["score"],
-        "mean_exit_layer": points[0]["mean_exit_layer"],
-        "mean_exit_layer_int8": points[1]["mean_exit_layer"],
+        "score": score,
+        "score_int8": score_int8,
+        "mean_exit_layer": layer,
+        "mean_exit_layer_int8": layer_int8,
     }
     return record
+
+
+def _at_setting(task: Task, logits: np.ndarray, labels: np.ndarray, exits: list[int],
+                policy: str, threshold: float | None, eps: float) -> tuple[float, float]:  # fmt: skip
+    """Score and mean exit layer of early exit at ``policy``/``threshold`` (``none``: every
+    row to the last exit), from all-exit logits ``[E, N, C]``."""
+    from aclpipe.early_exit.policies import exit_indices
+    from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
+
+    rows = np.arange(logits.shape[1])
+    if policy == "none":
+        chosen = np.full(len(rows), len(exits) - 1)
+    else:
+        chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)
+    predictions = logits_to_predictions(task, logits[chosen, rows])
+    score = task_score(task, compute_metrics(task, predictions, labels))
+    return score, float(np.asarray(exits)[chosen].mean())
