@@ -252,3 +252,23 @@ def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
         "error: the model's weights do not match their checksum: pack again and carry both parts"
     )
     assert not (Path(env["OUT"]) / "runs.tar.gz").exists()
+
+
+def test_a_large_tarball_comes_back_in_parts_that_land_together(tmp_path):
+    root, env = _device_tree(tmp_path)
+    out = Path(env["OUT"])
+    done = _script("run.sh", root, [], **env, PART_BYTES="100")
+    assert done.returncode == 0, done.stdout + done.stderr
+    parts = sorted(p.name for p in out.glob("runs.tar.gz.*"))
+    assert not (out / "runs.tar.gz").exists() and len(parts) >= 2
+    assert parts[:2] == ["runs.tar.gz.00", "runs.tar.gz.01"]
+    here = _checkout(tmp_path / "here")
+    landed = _script("land.sh", here, [str(out)])
+    assert landed.returncode == 0, landed.stderr
+    assert "landed 1 run folders" in landed.stdout
+    assert (here / "campaign" / "runs" / "rte" / "ce-s2" / "run.json").exists()
+    (out / parts[-1]).unlink()  # one part did not come back
+    partial = _script("land.sh", _checkout(tmp_path / "again"), [str(out)])
+    assert partial.returncode != 0
+    assert partial.stderr.strip().splitlines() == [partial.stderr.strip().splitlines()[-1]]
+    assert partial.stderr.startswith("error: the parts runs.tar.gz.00")

@@ -8,10 +8,16 @@ from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call
 from=$(realpath -m "$from")   # before the cd below
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 PY=${PY:-.venv/bin/python}
-[ -f "$from/runs.tar.gz" ] || { echo "error: $from/runs.tar.gz not found: give the folder the run.sh call's files came back to" >&2; exit 1; }
+parts=("$from"/runs.tar.gz.[0-9][0-9])   # a large tarball comes back in parts
+[ -f "$from/runs.tar.gz" ] || [ -f "${parts[0]}" ] || { echo "error: $from/runs.tar.gz not found: give the folder the run.sh call's files came back to" >&2; exit 1; }
 [ -f "$from/stack.txt" ] && { echo "device stack:"; sed 's/^/  /' "$from/stack.txt"; }
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-tar xzf "$from/runs.tar.gz" -C "$tmp"
+if [ -f "$from/runs.tar.gz" ]; then
+  tar xzf "$from/runs.tar.gz" -C "$tmp"
+else
+  cat "${parts[@]}" | tar xzf - -C "$tmp" 2>/dev/null \
+    || { echo "error: the parts ${parts[*]##*/} do not make a whole tarball (one did not come back?): land again from a call whose parts all came back" >&2; exit 1; }
+fi
 landed=() kept=0
 for folder in $(cd "$tmp" && find . -mindepth 2 -maxdepth 2 -type d | sed 's|^\./||' | sort); do
   [ -f "$tmp/$folder/run.json" ] || { echo "skipped $folder: no run.json (not a finished run)"; continue; }

@@ -11,14 +11,15 @@
 #   TASKS    default mrpc,rte,sst2        SEEDS    default 1,2,3,4,5 (run-pending goes seed by seed)
 #   FRESH=1  rerun the runs already recorded (on CPU) too, so that every run shares one stack
 #   MARGIN   seconds kept to stop the workers and pack (default 45); MIN_TRAIN: the least
-#            training time worth starting (default 60)
+#            training time worth starting (default 60); PART_BYTES: the largest file sent back
+#            (default 15 MiB; the tool takes 16)
 set -uo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 start=$(date +%s)
 : "${OUT:?OUT is not set: run.sh runs on the device machine, which sets it}"
 LIMIT=${LIMIT:-480} WORKERS=${WORKERS:-8} THREADS=${THREADS:-2}
 TASKS=${TASKS:-mrpc,rte,sst2} SEEDS=${SEEDS:-1,2,3,4,5} FRESH=${FRESH:-0}
-MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60}
+MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60} PART_BYTES=${PART_BYTES:-15728640}
 PYTHON=${PYTHON:-python3}
 stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in /tmp while the machine is warm
 site=$stash/site
@@ -89,7 +90,17 @@ while read -r folder; do   # copied under a hidden name, then renamed: whole or 
     && cp -r "$folder" "$stash/runs/$task/.part-$name" && rm -rf "$stash/runs/$task/$name" \
     && mv "$stash/runs/$task/.part-$name" "$stash/runs/$task/$name"
 done < "$stash/new.txt"
-(cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | tar czf "$OUT/runs.tar.gz" -T -)
+(cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | tar czf "$stash/runs.tar.gz" -T -)
+folders=$(tar tzf "$stash/runs.tar.gz" | grep -c '/run.json$')
+# A file comes back only up to 16 MiB (8 files, 64 MiB in all): a larger tarball goes in parts,
+# runs.tar.gz.00, .01, ..., which land.sh puts together.
+if [ "$(stat -c %s "$stash/runs.tar.gz")" -le "$PART_BYTES" ]; then
+  cp "$stash/runs.tar.gz" "$OUT/runs.tar.gz"
+else
+  split -b "$PART_BYTES" -d -a 2 "$stash/runs.tar.gz" "$OUT/runs.tar.gz."
+  [ "$(ls "$OUT"/runs.tar.gz.* | wc -l)" -le 5 ] \
+    || echo "warning: $(ls "$OUT"/runs.tar.gz.* | wc -l) parts: only 8 files come back; land the parts that do, then run again with fewer SEEDS"
+fi
 find campaign/models -maxdepth 2 -name '*.log' 2>/dev/null | tar czf "$OUT/logs.tar.gz" -T - 2>/dev/null
-echo "$(tar tzf "$OUT/runs.tar.gz" | grep -c '/run.json$') run folders made on this machine in $OUT/runs.tar.gz ($(wc -l < "$stash/new.txt") this call; $(( $(date +%s) - start )) s)"
+echo "$folders run folders made on this machine in $OUT/runs.tar.gz* ($(wc -l < "$stash/new.txt") this call; $(( $(date +%s) - start )) s)"
 exit $(( rc == 124 || rc == 137 ? 0 : rc ))
