@@ -62,7 +62,7 @@ def _run_folder(tar: tarfile.TarFile, name: str, record: dict | None) -> None:
 def _device_files(tmp_path: Path, folders: dict[str, dict | None]) -> Path:
     files = tmp_path / "files"
     files.mkdir()
-    with tarfile.open(files / "runs.tar.gz", "w:gz") as tar:
+    with tarfile.open(files / "runs-00.tar.gz", "w:gz") as tar:
         for task in {name.split("/")[0] for name in folders}:
             info = tarfile.TarInfo(f"./{task}")
             info.type = tarfile.DIRTYPE
@@ -113,7 +113,7 @@ def test_land_without_the_device_files_is_one_line(tmp_path):
     done = _script("land.sh", root, [str(tmp_path / "nowhere")])
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'nowhere'}/runs.tar.gz not found: give the folder the run.sh "
+        f"error: no runs-NN.tar.gz in {tmp_path / 'nowhere'}: give the folder the run.sh "
         "call's files came back to"
     ]
     assert not (root / "campaign" / "runs").exists()
@@ -212,9 +212,14 @@ def _device_tree(tmp_path: Path) -> tuple[Path, dict]:
     return root, env
 
 
-def _tar_names(path: Path) -> list[str]:
-    with tarfile.open(path) as tar:
-        return sorted(name for name in tar.getnames() if name.endswith("run.json"))
+def _tar_names(out: Path) -> list[str]:
+    """The finished runs in every chunk run.sh sent back."""
+    names = []
+    for chunk in sorted(out.glob("runs-[0-9][0-9].tar.gz")):
+        with tarfile.open(chunk) as tar:
+            names += [name for name in tar.getnames() if name.endswith("run.json")]
+    assert not list(out.glob(".*")), list(out.glob(".*"))  # no temporary file left to send
+    return sorted(names)
 
 
 def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(tmp_path):
@@ -223,7 +228,7 @@ def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(t
     first = _script("run.sh", root, [], **env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "stopped at the time limit" in first.stdout
-    assert _tar_names(out / "runs.tar.gz") == ["./rte/ce-s2/run.json"]  # not the .tmp- one
+    assert _tar_names(out) == ["./rte/ce-s2/run.json"]  # not the .tmp- one
     assert (out / "device.log").read_text().splitlines()[-1].startswith(
         "1 run folders made on this machine"
     )  # the log holds the last line too
@@ -237,9 +242,9 @@ def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(t
     second = _script("run.sh", root, [], **env)
     assert second.returncode == 0, second.stdout + second.stderr
     assert (out / "found.txt").read_text().split() == ["ce-s2"]  # restored, not retrained
-    assert _tar_names(out / "runs.tar.gz") == ["./rte/ce-s2/run.json", "./rte/scl-s2/run.json"]
+    assert _tar_names(out) == ["./rte/ce-s2/run.json", "./rte/scl-s2/run.json"]
     assert "2 run folders made on this machine" in second.stdout
-    assert "(1 this call;" in second.stdout
+    assert "(1 new since this call began;" in second.stdout
     assert not list((stash / "runs" / "rte").glob(".*"))
 
 
@@ -251,24 +256,67 @@ def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == (
         "error: the model's weights do not match their checksum: pack again and carry both parts"
     )
-    assert not (Path(env["OUT"]) / "runs.tar.gz").exists()
+    assert not list(Path(env["OUT"]).glob("runs*"))
 
 
-def test_a_large_tarball_comes_back_in_parts_that_land_together(tmp_path):
+def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
+    """Over PART_BYTES the folders go in several chunks, each a tarball of whole folders:
+    land.sh lands any that came back; a damaged one stops it with one line."""
     root, env = _device_tree(tmp_path)
     out = Path(env["OUT"])
-    done = _script("run.sh", root, [], **env, PART_BYTES="100")
+    assert _script("run.sh", root, [], **env).returncode == 0
+    shutil.rmtree(root / "campaign" / "runs")
+    done = _script("run.sh", root, [], **env, PART_BYTES="10")  # one folder a chunk
     assert done.returncode == 0, done.stdout + done.stderr
-    parts = sorted(p.name for p in out.glob("runs.tar.gz.*"))
-    assert not (out / "runs.tar.gz").exists() and len(parts) >= 2
-    assert parts[:2] == ["runs.tar.gz.00", "runs.tar.gz.01"]
+    assert sorted(p.name for p in out.glob("runs-*")) == ["runs-00.tar.gz", "runs-01.tar.gz"]
+    assert "in 2 chunk(s)" in done.stdout
+    (out / "runs-00.tar.gz").unlink()  # one chunk did not come back: the other lands
     here = _checkout(tmp_path / "here")
     landed = _script("land.sh", here, [str(out)])
     assert landed.returncode == 0, landed.stderr
     assert "landed 1 run folders" in landed.stdout
-    assert (here / "campaign" / "runs" / "rte" / "ce-s2" / "run.json").exists()
-    (out / parts[-1]).unlink()  # one part did not come back
-    partial = _script("land.sh", _checkout(tmp_path / "again"), [str(out)])
-    assert partial.returncode != 0
-    assert partial.stderr.strip().splitlines() == [partial.stderr.strip().splitlines()[-1]]
-    assert partial.stderr.startswith("error: the parts runs.tar.gz.00")
+    assert (here / "campaign" / "runs" / "rte" / "scl-s2" / "run.json").exists()
+    (out / "runs-01.tar.gz").write_bytes((out / "runs-01.tar.gz").read_bytes()[:40])
+    again = _checkout(tmp_path / "again")
+    damaged = _script("land.sh", again, [str(out)])
+    assert damaged.returncode != 0
+    assert damaged.stderr.strip().splitlines() == [
+        "error: runs-01.tar.gz is damaged (a transfer cut off?): nothing landed; fetch the files again"
+    ]
+    assert not (again / "campaign" / "runs").exists()
+
+
+def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
+    """The tool kills a call at its own limit, which can come before LIMIT: the runs that had
+    finished were sent during training (every EVERY seconds); PACK_ONLY=1 sends without
+    training."""
+    root, env = _device_tree(tmp_path)
+    out = Path(env["OUT"])
+    env = {**env, "LIMIT": "60", "EVERY": "1"}
+    full = {**os.environ, "ROOT": str(root), "PYTHONPATH": str(REPO / "src"), **env}
+    call = subprocess.Popen(["bash", str(DEVICE / "run.sh")], env=full, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # the stand-in trains for 60 s
+            call.wait(timeout=8)
+    finally:  # the tool ends every process of the call: its whole session here (timeout
+        # puts the training in a process group of its own)
+        subprocess.run(["pkill", "-KILL", "-s", str(call.pid)], check=False)
+        call.wait()
+    assert _tar_names_sent(out) == ["./rte/ce-s2/run.json"]
+    for name in os.listdir(out):
+        (out / name).unlink()
+    shutil.rmtree(root / "campaign" / "runs")
+    packed = _script("run.sh", root, [], **{**env, "PACK_ONLY": "1"})
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    assert "PACK_ONLY=1: no training" in packed.stdout
+    assert _tar_names(out) == ["./rte/ce-s2/run.json"]
+
+
+def _tar_names_sent(out: Path) -> list[str]:
+    """What a killed call left in $OUT: whole chunks only (a .tmp one may be half-written)."""
+    names = []
+    for chunk in sorted(out.glob("runs-[0-9][0-9].tar.gz")):
+        with tarfile.open(chunk) as tar:
+            names += [name for name in tar.getnames() if name.endswith("run.json")]
+    return sorted(names)

