@@ -203,3 +203,19 @@ def test_predict_precision_int8_and_its_errors(int8_export: dict, tmp_path: Path
         Predictor(plain, precision="int8")
     with pytest.raises(UserError, match="has none: export with --int8"):
         OnnxEarlyExit(plain, "none", None, precision="int8")
+
+
+def test_compare_for_a_regression_task() -> None:
+    """STS-B: one output per exit, no label agreement; patience with eps on the outputs."""
+    reference = np.array([[[1.0], [2.0], [3.0], [4.0]], [[1.05], [2.5], [2.95], [4.5]]], dtype=np.float32)
+    int8 = reference + np.float32(0.01)
+    labels = np.array([1.0, 2.0, 3.0, 4.0])
+    setting = {"policy": "patience", "threshold": 1}
+    got = compare(TASKS["stsb"], reference, int8, labels, [3, 6], setting)
+    assert "label_agreement" not in got
+    assert got["max_abs_diff_logits"] == pytest.approx([0.01, 0.01], abs=1e-6)
+    assert got["score"][0] == pytest.approx(1.0)  # exit 1 is the labels exactly
+    assert got["score_int8"][0] == pytest.approx(1.0)  # a shift keeps both correlations
+    at = got["default_setting"]  # the last exit answers every row: 6 layers either way
+    assert at["mean_exit_layer"] == at["mean_exit_layer_int8"] == 6.0
+    assert at["score"] == pytest.approx(got["score"][1])
