@@ -26,6 +26,8 @@ import numpy as np
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.tokens import pad
 from aclpipe.errors import UserError
+from aclpipe.evaluation.metrics import task_score
+from aclpipe.evaluation.scoring import by_length, exit_scores, setting_outcome
 
 SUFFIX = ".int8.onnx"
 METHOD = (
@@ -72,11 +74,10 @@ def quantize_segments(folder: Path, files: list[str]) -> list[str]:
 
 def chain_logits(runtime, rows: list[dict], pad_id: int, batch_size: int) -> np.ndarray:
     """Every exit's logits ``[E, N, C]`` (rows in their given order) through the sessions of
-    an ``OnnxEarlyExit``: the embeddings, then every segment for every row."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
-    chunks = []
-    for start in range(0, len(order), batch_size):
-        group = [rows[i] for i in order[start : start + batch_size]]
+    an ``OnnxEarlyExit``: the embeddings, then every segment for every row, over the batches
+    ``all_exit_logits`` scores the PyTorch model with."""
+
+    def forward(group: list[dict]) -> np.ndarray:
         group = [{"token_type_ids": [0] * len(r["input_ids"]), **r} for r in group]
         arrays = pad(group, pad_id)
         (states,) = runtime.embeddings.run(None, {n: arrays[n] for n in runtime.inputs})
@@ -86,11 +87,9 @@ def chain_logits(runtime, rows: list[dict], pad_id: int, batch_size: int) -> np.
                 None, {"states": states, "attention_mask": arrays["attention_mask"]}
             )
             per_exit.append(logits)
-        chunks.append(np.stack(per_exit))  # [E, b, C]
-    stacked = np.concatenate(chunks, axis=1)
-    out = np.empty_like(stacked)
-    out[:, np.array(order)] = stacked
-    return out
+        return np.stack(per_exit)  # [E, b, C]
+
+    return by_length(rows, batch_size, forward)
 
 
 def compare(
@@ -103,8 +102,6 @@ def compare(
     eps: float = 0.1,
 ) -> dict:
     """The int8 chain's logits ``[E, N, C]`` against the model's: per exit and at ``setting``."""
-    from aclpipe.evaluation.scoring import exit_scores
-
     record: dict = {
         "exits": list(exits),
         "score": [s["score"] for s in exit_scores(task, reference, labels)],
@@ -132,16 +129,6 @@ def compare(
 
 def _at_setting(task: Task, logits: np.ndarray, labels: np.ndarray, exits: list[int],
                 policy: str, threshold: float | None, eps: float) -> tuple[float, float]:  # fmt: skip
-    """Score and mean exit layer of early exit at ``policy``/``threshold`` (``none``: every
-    row to the last exit), from all-exit logits ``[E, N, C]``."""
-    from aclpipe.early_exit.policies import exit_indices
-    from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
-
-    rows = np.arange(logits.shape[1])
-    if policy == "none":
-        chosen = np.full(len(rows), len(exits) - 1)
-    else:
-        chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)
-    predictions = logits_to_predictions(task, logits[chosen, rows])
-    score = task_score(task, compute_metrics(task, predictions, labels))
-    return score, float(np.asarray(exits)[chosen].mean())
+    """Score and mean exit layer at ``policy``/``threshold`` (``none``: the last exit)."""
+    metrics, layers = setting_outcome(task, logits, labels, exits, policy, threshold, eps)
+    return task_score(task, metrics), float(layers.mean())

@@ -41,7 +41,8 @@ from aclpipe.early_exit.export import write_timing_segments
 from aclpipe.early_exit.policies import POLICIES, default_grid, exit_indices
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
 from aclpipe.errors import UserError
-from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.evaluation.metrics import task_score
+from aclpipe.evaluation.scoring import setting_outcome
 from aclpipe.modeling.batching import collate
 from aclpipe.modeling.model import MultiExitModel
 
@@ -82,11 +83,7 @@ def policy_point(
     eps: float,
 ) -> dict:
     """Quality and expected cost of one setting, from all-exit logits ``[E, N, C]``."""
-    chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)  # [N]
-    picked = logits[chosen, np.arange(logits.shape[1])]  # [N, C]
-    predictions = picked[:, 0] if task.is_regression else picked.argmax(axis=-1)
-    metrics = compute_metrics(task, predictions, labels)
-    layers = np.asarray(exits)[chosen]
+    metrics, layers = setting_outcome(task, logits, labels, exits, policy, threshold, eps)
     ratio = float(layers.sum() / (len(layers) * num_layers))
     return {
         "policy": policy,
@@ -122,9 +119,9 @@ def quality_sweep(
         policy_point(task, logits, labels, exits, num_layers, p, t, eps)
         for p, t in settings_grid(task, len(exits), grid_points)
     ]
-    final = logits[-1][:, 0] if task.is_regression else logits[-1].argmax(-1)
+    full_model, _ = setting_outcome(task, logits, labels, exits, "none", None, eps)
     return {
-        "full_model": {"score": task_score(task, compute_metrics(task, final, labels))},
+        "full_model": {"score": task_score(task, full_model)},
         "points": points,
     }
 

@@ -1,7 +1,9 @@
-"""All-exit forward passes over a split, per-exit GLUE scores, and the majority-class floor."""
+"""All-exit forward passes over a split, per-exit GLUE scores, the score of an exit setting,
+and the majority-class floor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +11,30 @@ import torch
 
 from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
+from aclpipe.early_exit.policies import exit_indices
 from aclpipe.evaluation.metrics import compute_metrics, logits_to_predictions, task_score
 from aclpipe.modeling.batching import collate
 from aclpipe.modeling.model import MultiExitModel
+
+
+def by_length(
+    rows: list[dict], batch_size: int, forward: Callable[[list[dict]], np.ndarray]
+) -> np.ndarray:
+    """``forward`` over batches of rows of similar length (less padding), put back in the
+    rows' order: ``forward(batch)`` gives ``[E, b, C]``, the result is ``[E, N, C]``.
+
+    PyTorch's model (``all_exit_logits``) and the ONNX chain (``quantize.chain_logits``) are
+    scored over the same batches. ``rows`` must not be empty.
+    """
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
+    chunks = [
+        forward([rows[i] for i in order[start : start + batch_size]])  # [E, b, C]
+        for start in range(0, len(order), batch_size)
+    ]
+    in_length_order = np.concatenate(chunks, axis=1)  # [E, N, C]
+    logits = np.empty_like(in_length_order)
+    logits[:, np.array(order)] = in_length_order
+    return logits
 
 
 @torch.no_grad()
@@ -23,26 +46,22 @@ def all_exit_logits(
     regression: bool,
     device: torch.device | str = "cpu",
 ) -> np.ndarray:
-    """Logits of every exit for every row, ``[E, N, C]``, in the rows' order.
+    """Logits of every exit for every row, ``[E, N, C]``, in the rows' order (``by_length``)."""
+    if not rows:
+        return np.zeros((model.num_exits, 0, model.spec.num_labels), dtype=np.float32)
 
-    Rows are batched by length (less padding), then put back in order.
-    """
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
-    chunks = []
-    for start in range(0, len(order), batch_size):
-        batch = collate([rows[i] for i in order[start : start + batch_size]], pad_id, regression)
+    def forward(batch_rows: list[dict]) -> np.ndarray:
+        batch = collate(batch_rows, pad_id, regression)
         batch.pop("labels")
         batch = {k: v.to(device) for k, v in batch.items()}
-        chunks.append(model(**batch).logits.float().cpu())  # [E, b, C]
-    model.train(was_training)
-    if not chunks:
-        return np.zeros((model.num_exits, 0, model.spec.num_labels), dtype=np.float32)
-    sorted_logits = torch.cat(chunks, dim=1)  # [E, N, C] in length order
-    logits = torch.empty_like(sorted_logits)
-    logits[:, torch.tensor(order)] = sorted_logits
-    return logits.numpy()
+        return model(**batch).logits.float().cpu().numpy()  # [E, b, C]
+
+    was_training = model.training
+    model.eval()
+    try:
+        return by_length(rows, batch_size, forward)
+    finally:
+        model.train(was_training)
 
 
 def exit_scores(task: Task, logits: np.ndarray, labels: np.ndarray) -> list[dict]:
@@ -52,6 +71,26 @@ def exit_scores(task: Task, logits: np.ndarray, labels: np.ndarray) -> list[dict
         metrics = compute_metrics(task, logits_to_predictions(task, exit_logits), labels)
         results.append({"metrics": metrics, "score": task_score(task, metrics)})
     return results
+
+
+def setting_outcome(
+    task: Task,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    exits: list[int],
+    policy: str,
+    threshold: float | None,
+    eps: float,
+) -> tuple[dict, np.ndarray]:
+    """Metrics of early exit at ``policy``/``threshold`` from all-exit logits ``[E, N, C]``,
+    and each row's exit layer ``[N]``; policy ``none`` sends every row to the last exit."""
+    rows = np.arange(logits.shape[1])
+    if policy == "none":
+        chosen = np.full(len(rows), len(exits) - 1)
+    else:
+        chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)  # [N]
+    predictions = logits_to_predictions(task, logits[chosen, rows])  # [N]
+    return compute_metrics(task, predictions, labels), np.asarray(exits)[chosen]
 
 
 def split_labels(rows: list[dict], task: Task) -> np.ndarray:
