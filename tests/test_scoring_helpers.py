@@ -96,13 +96,15 @@ def test_setting_outcome_against_a_plain_loop(policy: str) -> None:
 def test_setting_outcome_regression_scores_the_single_output() -> None:
     task = get_task("stsb")
     exits = [2, 4, 6]
-    # rows 0..2 at exits 2, 4, 6: row 0 settles (|1.05 - 1.0| < eps) at exit 4, the others not
+    # rows 0..2 at exits 2, 4, 6: row 0 settles (|1.05 - 1.0| < 0.06) at exit 4, the others not
     logits = np.array(
         [[[1.0], [2.0], [3.5]], [[1.05], [2.5], [3.0]], [[1.0], [2.45], [3.0]]], dtype=np.float32
     )  # [E, N, 1]
     labels = np.array([1.0, 2.0, 3.0])
-    metrics, layers = setting_outcome(task, logits, labels, exits, "patience", 1, 0.1)
+    metrics, layers = setting_outcome(task, logits, labels, exits, "patience", 1, 0.06)
     assert layers.tolist() == [4, 6, 6]
+    _, layers_tight = setting_outcome(task, logits, labels, exits, "patience", 1, 0.04)
+    assert layers_tight.tolist() == [6, 6, 6]  # eps reaches the policy: 0.05 is not < 0.04
     predictions = np.array([1.05, 2.45, 3.0], dtype=np.float32).astype(np.float64)
     assert metrics["pearson"] == pytest.approx(np.corrcoef(predictions, labels)[0, 1])
     metrics, layers = setting_outcome(task, logits, labels, exits, "none", None, 0.1)

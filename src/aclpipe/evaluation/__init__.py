@@ -1,2 +1,2 @@
-"""Evaluation: GLUE metrics (``metrics``), all-exit logits and per-exit scores (``scoring``)
-and the evaluate stage (``evaluate``)."""
+"""Evaluation: GLUE metrics (``metrics``), all-exit logits, per-exit scores and the score of an
+exit setting (``scoring``), and the evaluate stage (``evaluate``)."""
