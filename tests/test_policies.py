@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from aclpipe.early_exit.policies import check_threshold, default_grid, exit_indices
+from aclpipe.early_exit.policies import NO_EXIT, check_threshold, default_grid, exit_indices
 from aclpipe.errors import UserError
 
 # Three exits, two samples, two classes. Sample 0 is confident from exit 0 on
@@ -69,6 +69,16 @@ def test_regression_patience_uses_eps() -> None:
     assert exit_indices("patience", 2, logits, regression=True, eps=0.1).tolist() == [2, 3]
     with pytest.raises(UserError, match="patience"):
         exit_indices("entropy", 0.1, torch.tensor(logits[:1]), regression=True)
+
+
+def test_no_exit_sends_every_sample_to_the_last_exit() -> None:
+    # sample 0 would leave at exit 0 under any policy; without early exit both reach exit 2
+    assert exit_indices(NO_EXIT, None, LOGITS).tolist() == [2, 2]
+    assert exit_indices(NO_EXIT, None, torch.tensor(LOGITS)).dtype == np.int64
+    regression = np.array([[[1.0]], [[1.0]], [[1.0]], [[1.0]]])  # patience would leave at 1
+    assert exit_indices(NO_EXIT, None, regression, regression=True).tolist() == [3]
+    with pytest.raises(UserError, match="unknown policy"):
+        exit_indices("None", None, LOGITS)
 
 
 def test_decisions_do_not_depend_on_batch_mates() -> None:

@@ -10,9 +10,9 @@ nothing is decided per batch (METHODS.md, Exit policies):
 | patience | the argmax was the same at exits ``k-t .. k`` (regression: ``abs(diff) < eps``) | ``t >= 1`` |
 | confidence | ``max p_k >= delta`` | ``delta`` in ``[0, 1]`` |
 
-A sample that meets no criterion leaves at the last exit. The early-exit runtime and the
-offline sweep over all-exit logits (``exit_indices``) both call ``leaves``, so they decide
-alike.
+A sample that meets no criterion leaves at the last exit; the setting ``none`` (``NO_EXIT``)
+sends every sample there (the full model). The early-exit runtime and the offline sweep over
+all-exit logits (``exit_indices``) both call ``leaves``, so they decide alike.
 
 The decision is plain Python arithmetic on one sample's few logits. The runtime makes it
 after every exit, right after a transformer layer: there, each torch or NumPy call on a tiny
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import torch
 
 POLICIES = ("entropy", "patience", "confidence")
+NO_EXIT = "none"  # the setting without early exit: every sample runs to the last exit
 
 
 def check_threshold(policy: str, threshold: float, num_labels: int, num_exits: int) -> None:
@@ -120,18 +121,22 @@ def check_policy(policy: str, regression: bool) -> None:
 
 def exit_indices(
     policy: str,
-    threshold: float,
+    threshold: float | None,
     logits: np.ndarray | torch.Tensor,
     regression: bool = False,
     eps: float = 0.1,
 ) -> np.ndarray:
-    """Exit index (0-based into the exits) of every sample, from all-exit logits ``[E, N, C]``."""
-    check_policy(policy, regression)
+    """Exit index (0-based into the exits) of every sample, from all-exit logits ``[E, N, C]``;
+    ``policy`` may also be ``NO_EXIT`` (every sample at the last exit, no threshold)."""
+    if policy != NO_EXIT:
+        check_policy(policy, regression)
     if hasattr(logits, "detach"):  # a torch tensor; this module imports no torch (serving)
         logits = logits.detach().cpu().numpy()
     logits = np.asarray(logits)
     num_exits = logits.shape[0]
     chosen = np.full(logits.shape[1], num_exits - 1, dtype=np.int64)
+    if policy == NO_EXIT:
+        return chosen
     for i, rows in enumerate(logits.transpose(1, 0, 2).tolist()):  # one sample's [E][C]
         for k in range(num_exits - 1):
             if leaves(policy, threshold, rows[: k + 1], regression, eps):

@@ -85,10 +85,7 @@ def setting_outcome(
     """Metrics of early exit at ``policy``/``threshold`` from all-exit logits ``[E, N, C]``,
     and each row's exit layer ``[N]``; policy ``none`` sends every row to the last exit."""
     rows = np.arange(logits.shape[1])
-    if policy == "none":
-        chosen = np.full(len(rows), len(exits) - 1)
-    else:
-        chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)  # [N]
+    chosen = exit_indices(policy, threshold, logits, task.is_regression, eps)  # [N]
     predictions = logits_to_predictions(task, logits[chosen, rows])  # [N]
     return compute_metrics(task, predictions, labels), np.asarray(exits)[chosen]
 

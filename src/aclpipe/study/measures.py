@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from aclpipe.data.tasks import Task
-from aclpipe.early_exit.policies import POLICIES, default_grid, exit_indices
+from aclpipe.early_exit.policies import NO_EXIT, POLICIES, default_grid, exit_indices
 from aclpipe.errors import UserError
 
 MEASURES = ("final", "shallow", "average", "auc")
@@ -122,9 +122,7 @@ def settings_grid(num_labels: int, num_exits: int, grid_points: int) -> list[tup
 def setting_exits(logits: np.ndarray, setting: tuple[str, float], eps: float) -> np.ndarray:
     """Exit index (0-based) of every sample under one setting, from ``[E, N, C]`` logits."""
     policy, threshold = setting
-    if policy == FULL:
-        return np.full(logits.shape[1], logits.shape[0] - 1, dtype=np.int64)
-    return exit_indices(policy, threshold, logits, False, eps)
+    return exit_indices(NO_EXIT if policy == FULL else policy, threshold, logits, False, eps)
 
 
 def pareto_frontier(costs: Sequence[float], scores: Sequence[float]) -> list[int]:
