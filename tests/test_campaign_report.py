@@ -252,3 +252,41 @@ def test_an_old_run_folder_is_a_one_line_error(tmp_path: Path, params_dict) -> N
     result = CliRunner().invoke(app, ["campaign", "report", "--campaign", str(path)])
     assert result.exit_code == 2 and "rerun it" in result.output
     assert "Traceback" not in result.output
+
+
+def test_plot_panels_put_each_ablation_beside_the_run_it_changes() -> None:
+    from aclpipe.study.campaign import Campaign, Variant
+    from aclpipe.study.campaign_plots import panels, parent
+
+    campaign = Campaign(
+        path=Path("campaign/params.yaml"),
+        base={},
+        tasks=["rte"],
+        seeds=[1, 2],
+        runs=["ce", "acl", "deebert", "romebert", "acl-cl",
+              "acl-nograd", "romebert-nogr", "deebert-sd", "acl-cl-sd", "odd"],
+        variants={"acl-nograd": Variant("acl", {"acl_grad": False}),
+                  "romebert-nogr": Variant("romebert", {"gr": False}),
+                  "acl-cl-sd": Variant("acl-cl", {"sd": True})},
+        task_settings={},
+        ablations=["acl-nograd", "romebert-nogr", "deebert-sd", "acl-cl-sd", "odd"],
+        ablation_seeds=[1],
+    )  # fmt: skip
+    assert parent(campaign, "acl-nograd") == "acl"  # a variant: its method
+    assert parent(campaign, "acl-cl-sd") == "acl-cl"  # not "acl": the variant's method wins
+    assert parent(campaign, "deebert-sd") == "deebert"  # a method of its own: the name it extends
+    assert parent(campaign, "odd") is None
+    everything = list(reversed(campaign.runs))  # the campaign's order, whatever order given
+    assert panels(campaign, everything) == [
+        ("the claims' runs", ["ce", "acl", "deebert", "romebert", "acl-cl"]),
+        ("ablations, beside the runs they change",
+         ["acl", "deebert", "romebert", "acl-cl", "acl-nograd", "romebert-nogr", "deebert-sd",
+          "acl-cl-sd", "odd"]),
+    ]  # fmt: skip
+    # a parent that has not run is left out; no ablation ran: no second panel
+    assert panels(campaign, ["ce", "deebert-sd"]) == [
+        ("the claims' runs", ["ce"]),
+        ("ablations, beside the runs they change", ["deebert-sd"]),
+    ]
+    assert panels(campaign, ["ce", "acl"]) == [("the claims' runs", ["ce", "acl"])]
+    assert panels(campaign, []) == []
