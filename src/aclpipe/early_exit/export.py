@@ -38,6 +38,7 @@ from rich.console import Console
 from aclpipe import atomic
 from aclpipe.data.prepared import load_split
 from aclpipe.data.tasks import Task
+from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.segments import write_segments
 from aclpipe.early_exit.settings import choose_default, fallback
 from aclpipe.errors import UserError
@@ -154,7 +155,7 @@ def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict
     from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
     files = quantize.quantize_segments(folder, [s["file"] for s in report["segments"]])
-    runtime = OnnxEarlyExit(folder, "none", None, precision="int8",
+    runtime = OnnxEarlyExit(folder, NO_EXIT, None, precision="int8",
                             record={**report, "int8": {"segments": files}})  # fmt: skip
     chained = quantize.chain_logits(runtime, rows, report["pad_id"], batch_size)
     dev = quantize.compare(task, logits["logits"], chained, logits["labels"],
@@ -165,7 +166,7 @@ def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict
 def int8_line(record: dict) -> str:
     at = record["default_setting"]
     agree = record.get("label_agreement")
-    setting = "the full model" if at["policy"] == "none" else f"{at['policy']} {at['threshold']}"
+    setting = "the full model" if at["policy"] == NO_EXIT else f"{at['policy']} {at['threshold']}"
     return (
         f"int8 segments: dev score per exit {_points(record['score_int8'])} against "
         f"{_points(record['score'])}"

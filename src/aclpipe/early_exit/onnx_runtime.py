@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aclpipe.early_exit.policies import check_policy, check_threshold, step, window_size
+from aclpipe.early_exit.policies import NO_EXIT, check_policy, check_threshold, step, window_size
 from aclpipe.errors import UserError
 from aclpipe.layout import EXPORT_JSON
 
@@ -142,7 +142,7 @@ class OnnxEarlyExit:
         self.exit_layers = np.array(self.exits, dtype=np.int64)
 
     def _use(self, policy: str, threshold: float | None) -> None:
-        if policy != "none":
+        if policy != NO_EXIT:
             check_threshold(policy, threshold, self.num_labels, len(self.exits))
             check_policy(policy, self.regression)
         self.policy, self.threshold = policy, threshold
@@ -178,7 +178,7 @@ class OnnxEarlyExit:
             states, logits = segment.run(None, {"states": states, "attention_mask": mask})
             # states [S, b, T, H], logits [b, C]
             if k < last_exit:
-                if self.policy == "none":
+                if self.policy == NO_EXIT:
                     continue
                 seen, decided = step(self.policy, self.threshold, seen, logits.tolist(),
                                      self.window, self.regression, self.eps)  # fmt: skip

@@ -42,7 +42,7 @@ import numpy as np
 
 from aclpipe.early_exit.inputs import read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
-from aclpipe.early_exit.policies import POLICIES
+from aclpipe.early_exit.policies import NO_EXIT, POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
@@ -86,12 +86,12 @@ def choose_setting(policy: str | None, threshold: float | None, record: dict | N
         if threshold is not None:
             raise UserError("--threshold needs --policy: name the policy it belongs to")
         return stored["policy"], stored["threshold"], f"default ({stored['source']})"
-    if policy != "none" and policy not in POLICIES:
+    if policy != NO_EXIT and policy not in POLICIES:
         raise UserError(
             f"unknown policy {policy!r}: use one of {', '.join(POLICIES)} (or none for the full "
             "model)"
         )
-    if threshold is None and policy != "none":
+    if threshold is None and policy != NO_EXIT:
         same = stored["policy"] == policy
         threshold = stored["threshold"] if same else POLICY_DEFAULTS[policy]
     return policy, threshold, "given"
@@ -233,7 +233,7 @@ class Predictor:
 
     def summary(self) -> str:
         """The final stderr line: throughput and mean exit layer."""
-        setting = self.policy if self.policy == "none" else f"{self.policy} {self.threshold:g}"
+        setting = self.policy if self.policy == NO_EXIT else f"{self.policy} {self.threshold:g}"
         if not self.count:
             return f"0 sentences: the input held no records; engine {self.engine_name}, policy {setting}"
         rate = self.count / self.seconds if self.seconds > 0 else float("nan")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aclpipe.early_exit.policies import NO_EXIT
+
 BUDGET_POINTS = 1
 FALLBACK = {"policy": "entropy", "threshold": 0.3}  # the documented default without a sweep
 REGRESSION_FALLBACK = {"policy": "patience", "threshold": 2.0}  # STS-B: patience only
@@ -63,7 +65,7 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
     floor = round(reference_score - BUDGET_POINTS / 100, 10)
     full = chosen_on.get("full_model", {})
     candidates = [
-        {"policy": "none", "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
+        {"policy": NO_EXIT, "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
         *chosen_on["points"],
     ]
     admitted = [
@@ -71,7 +73,7 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
     ]
     if not admitted:  # not even the full model: exit early nowhere
         return {
-            "policy": "none",
+            "policy": NO_EXIT,
             "threshold": None,
             "source": "tradeoff",
             "reason": f"no setting, nor the full model, scores within {BUDGET_POINTS} point of "

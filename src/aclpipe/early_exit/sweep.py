@@ -38,7 +38,7 @@ import torch
 
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.export import write_timing_segments
-from aclpipe.early_exit.policies import POLICIES, default_grid, exit_indices
+from aclpipe.early_exit.policies import NO_EXIT, POLICIES, default_grid, exit_indices
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import task_score
@@ -119,7 +119,7 @@ def quality_sweep(
         policy_point(task, logits, labels, exits, num_layers, p, t, eps)
         for p, t in settings_grid(task, len(exits), grid_points)
     ]
-    full_model, _ = setting_outcome(task, logits, labels, exits, "none", None, eps)
+    full_model, _ = setting_outcome(task, logits, labels, exits, NO_EXIT, None, eps)
     return {
         "full_model": {"score": task_score(task, full_model)},
         "points": points,
@@ -170,7 +170,7 @@ def time_settings(
     if "onnx" in engines:
         from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
-        full = OnnxEarlyExit(onnx_folder, "none", None, eps, threads=torch.get_num_threads())
+        full = OnnxEarlyExit(onnx_folder, NO_EXIT, None, eps, threads=torch.get_num_threads())
         runs["onnx"] = [full] + [full.with_setting(p, t) for p, t in settings]
     order = [(engine, slot) for slot in range(len(settings) + 1) for engine in runs]
     result = {}

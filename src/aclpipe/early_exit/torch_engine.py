@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
 from aclpipe.modeling.model import load_multi_exit
 
@@ -27,7 +28,7 @@ class TorchEngine:
         self.regression = self.num_labels == 1
         self.pad_id = self.model.encoder.config.pad_token_id or 0
         self.runtime = None
-        if policy != "none":
+        if policy != NO_EXIT:
             self.runtime = EarlyExitRuntime(
                 self.model, policy, threshold, regression=self.regression
             )  # checks the policy and threshold
