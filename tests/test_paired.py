@@ -17,6 +17,7 @@ from aclpipe.study.measures import (
     RunOutputs,
     budget_pick,
     curve_area,
+    final_scores,
     measure,
     pareto_frontier,
     setting_exits,
@@ -167,6 +168,36 @@ def test_budget_pick_against_a_plain_reference() -> None:
         assert budget_pick(outputs, 0)["validation_score"] >= val_scores[0] - 1e-12
 
 
+def test_budget_pick_from_another_models_reference() -> None:
+    """A reference (ce's scores) sets both floors; none admitted: the full model, flagged."""
+    task = TASKS["mrpc"]
+    for seed in range(6):
+        outputs = random_outputs(task, seed)
+        own = final_scores(outputs)
+        final = plain_score(task, outputs.dev_logits[-1].argmax(-1), outputs.dev_labels)
+        assert own[1] == pytest.approx(final)
+        assert budget_pick(outputs, 1, own) == {**budget_pick(outputs, 1), "reference": "given"}
+        grid = settings_grid(2, 6, 5)
+        val_scores, val_costs = [], []
+        for setting in grid:
+            chosen = setting_exits(outputs.validation_logits, setting, 0.1)
+            preds = outputs.validation_logits[chosen, np.arange(50)].argmax(-1)
+            val_scores.append(plain_score(task, preds, outputs.validation_labels))
+            val_costs.append(float(np.mean(chosen + 1)) / 6)
+        for reference in ((0.5, 0.6), (0.7, 0.75), (max(val_scores) + 0.01, 0.9)):
+            for budget in (0, 1, 2, 5):
+                pick = budget_pick(outputs, budget, reference)
+                floor = reference[0] - budget / 100
+                admitted = [i for i in range(len(grid)) if val_scores[i] >= floor - 1e-12]
+                best = min(admitted, key=lambda i: (val_costs[i], -val_scores[i], i), default=0)
+                assert pick["admitted"] == bool(admitted)
+                assert pick["validation_time_ratio"] == pytest.approx(val_costs[best])
+                assert pick["met"] == (pick["dev_score"] >= reference[1] - budget / 100 - 1e-12)
+                if not admitted:  # the full model: no early exit
+                    assert pick["policy"] == FULL and pick["dev_speedup"] == 1.0
+                    assert pick["dev_score"] == pytest.approx(final)
+
+
 # --- the bootstrap against explicit index resampling ------------------------------------------
 
 
@@ -273,3 +304,10 @@ def test_seed_mean_interval_and_exit_bands() -> None:
     assert len(bands) == 6 and bands[-1] == figure  # the last exit is the final measure
     one = seed_mean_interval(task, {1: finals[1]}, labels, resamples=R)
     assert one["sd"] is None and one["n"] == 1
+
+
+def test_auc_over_different_cost_ranges_is_refused() -> None:
+    a = Measure("auc", np.zeros((1, 4), int), np.ones((1, 4), int), 6, (1 / 6, 1.0))
+    b = Measure("auc", np.zeros((1, 4), int), np.full((1, 4), 2), 6, (2 / 6, 1.0))
+    with pytest.raises(UserError, match="different cost ranges"):
+        paired_bootstrap(TASKS["sst2"], {1: a}, {1: b}, np.zeros(4, int), resamples=R)

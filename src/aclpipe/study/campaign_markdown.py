@@ -23,9 +23,9 @@ MEASURE_NAMES = {
 }
 BELOW = "†"
 BELOW_NOTE = (
-    f"{BELOW} the budget's floor (the validation reference, or the dev final score, minus b "
-    "points) is at or below the majority-class score for some seed: a constant guess meets "
-    "it, so the budget admits exiting everything at layer 1"
+    f"{BELOW} for some seed the budget's floor (the reference's validation or dev score minus "
+    "b points) is at or below the majority-class score, so a constant guess would pass it, or "
+    "the picked setting's dev score is at or below the majority-class score"
 )
 AUC_DEFINITION = (
     "AUC: the settings (full model, and each policy over its threshold grid) on the "
@@ -55,9 +55,26 @@ def figure(f: dict | None) -> str:
 
 
 def p_value(claim: dict) -> str:
+    """Four decimals: 0.0255 must not read as 0.025, the two-sided interval's edge."""
     if claim["p"] == 0:
         return f"< {1 / claim['resamples']:.2g}"
-    return f"{claim['p']:.3f}"
+    return f"{claim['p']:.4f}"
+
+
+def few_seeds(seeds: list[int]) -> str:
+    """What an interval over so few seeds does not hold (METHODS.md resamples seeds too)."""
+    if len(seeds) == 1:
+        return "1 seed: examples only"
+    if len(seeds) == 2:
+        return "2 seeds only"
+    return ""
+
+
+FEW_SEEDS_NOTE = (
+    '"1 seed: examples only": the interval resamples dev examples alone. "2 seeds only": '
+    "resampling two seeds has three outcomes, so the interval holds little of the "
+    "seed-to-seed variation; read such a verdict as provisional until seed 3 lands"
+)
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -68,7 +85,7 @@ def claim_line(claim: dict) -> str:
     """One line: the question, A - B with its interval, p, the verdict, the seeds."""
     if "difference" not in claim:
         return f"- {claim['question']}: {claim['verdict']}."
-    one = "; 1 seed: examples only" if len(claim["seeds"]) == 1 else ""
+    one = f"; {few_seeds(claim['seeds'])}" if few_seeds(claim["seeds"]) else ""
     return (
         f"- {claim['question']}: {claim['a']} - {claim['b']} = {signed(claim['difference'])} "
         f"[{signed(claim['low'])}, {signed(claim['high'])}] points, p {p_value(claim)}: "
@@ -108,15 +125,24 @@ def seed_notes(summary: dict) -> list[str]:
             "comparable, the claims are (each over the seeds both of its runs have)."
         )
     else:
+        ablations = ""
+        if summary["ablations"]:
+            done = summary["complete_ablations"]
+            ablations = (
+                f"; the ablations' rows over seeds {seeds_text(done)}, those every ablation "
+                "planned for them has finished too"
+                if done
+                else "; the ablations' rows over each one's own seeds, as none of these seeds "
+                "is finished by every ablation yet"
+            )
         notes.append(
-            f"Tables and plots are over the seeds every run planned for them has finished "
-            f"(seeds {seeds_text(summary['complete'])}"
-            f"{'; ablations are planned on fewer seeds' if summary['ablations'] else ''}). "
+            f"Tables and plots are over the seeds every claims' run has finished "
+            f"(seeds {seeds_text(summary['complete'])}{ablations}). "
             "Each claim is over the seeds both of its runs have finished, listed with it."
         )
     if summary["left_out"]:
         notes.append(
-            "Finished but left out of the tables until every run has that seed: "
+            "Finished but left out of the tables until every run of its set has that seed: "
             f"{_by_run(summary['left_out'])}."
         )
     mixed = {run: e["stacks"] for run, e in summary["runs"].items() if len(e["stacks"]) > 1}
@@ -144,7 +170,7 @@ def claims_table(summary: dict) -> str:
             rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-",
                          claim["verdict"], "-"])  # fmt: skip
             continue
-        one = " (1 seed: examples only)" if len(claim["seeds"]) == 1 else ""
+        one = f" ({few_seeds(claim['seeds'])})" if few_seeds(claim["seeds"]) else ""
         rows.append([
             claim["question"], MEASURE_NAMES[claim["measure"]],
             f"{signed(claim['difference'])} [{signed(claim['low'])}, {signed(claim['high'])}]",
@@ -155,13 +181,39 @@ def claims_table(summary: dict) -> str:
 
 
 def _budget_cell(cell: dict) -> str:
-    speed, score = cell["speedup"], cell["dev_score"]
-    sd = f" ± {speed['sd']:.2f}" if speed["sd"] is not None else ""
+    """``1.69x (1.19-5.95); 80.1 ± 1.2; met 1/3; no pick 1/3 †``."""
+    low, high = cell["speedup_range"]
+    spread = f" ({low:.2f}-{high:.2f})" if cell["seeds"] > 1 else ""
+    score = cell["dev_score"]
     score_sd = f" ± {100 * score['sd']:.1f}" if score["sd"] is not None else ""
+    none = cell["seeds"] - cell["admitted"]
+    no_pick = f"; no pick {none}/{cell['seeds']}" if none else ""
     mark = f" {BELOW}" if cell["below_majority"] else ""
     return (
-        f"{speed['mean']:.2f}x{sd}; {pts(score['mean'])}{score_sd}; "
-        f"met {cell['met']}/{cell['seeds']}{mark}"
+        f"{cell['speedup']:.2f}x{spread}; {pts(score['mean'])}{score_sd}; "
+        f"met {cell['met']}/{cell['seeds']}{no_pick}{mark}"
+    )
+
+
+def _budget_intro(summary: dict) -> str:
+    reference = summary.get("budget_reference")
+    if reference:
+        whom = (
+            f"the reference is {reference}'s full model of the same seed (the baseline a "
+            "faster model must stay near; a run's own full model only where "
+            f"{reference} lacks the seed)"
+        )
+    else:
+        whom = "the reference is the run's own full model (the campaign has no ce run)"
+    return (
+        f"Per seed, {whom}. A budget of b points admits the settings scoring at least the "
+        "reference's *validation* score - b on validation; the cheapest of them on validation "
+        "(ties: the better score) is picked, and where none is admitted, the run's full model "
+        '(no early exit, 1.00x; counted as "no pick"). Reported on *dev*: the layer speed-up '
+        "(layers over the mean exit layer, averaged over seeds as the inverse of the mean time "
+        "ratio; per-seed range in brackets), the dev score (mean ± sd over seeds), and how many "
+        "seeds' dev score met the reference's dev score - b. Every table seed counts. Measured "
+        "wall-clock speed-ups are benchmarks/early_exit_speed.py's job."
     )
 
 
@@ -186,7 +238,9 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "mean over drawn seeds. p: share of resamples at or below 0. **better**/**worse** only "
         "when the 95% interval excludes 0, else **no detectable difference**: the interval "
         "says how large a difference could still hide. The noise floor (last row) compares two "
-        "runs of the same CE recipe: a difference of its size means nothing.",
+        "runs of the same CE recipe: a difference of its size means nothing. "
+        + FEW_SEEDS_NOTE
+        + ".",
         claims_table(summary),
         majority_line(summary),
         "## Scores per run",
@@ -235,13 +289,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         parts.append("## Speed-up within a quality budget")
         if budgeted:
             parts += [
-                "Per seed, the reference is the run's own final-exit *validation* score; a "
-                "budget of b points admits the settings scoring at least reference - b on "
-                "validation, and the cheapest of them on validation (ties: the better score) is "
-                "picked. Reported on *dev*: layer speed-up (layers / mean exit layer) and dev "
-                "score, mean ± sd over every seed, and how many seeds' dev score met their dev "
-                "final-exit score - b. Measured wall-clock speed-ups are "
-                "benchmarks/early_exit_speed.py's job.",
+                _budget_intro(summary),
                 _table(
                     ["run", *(f"budget {b} point{'s' if b != 1 else ''}" for b in BUDGETS)],
                     [
@@ -346,7 +394,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "## The claims",
         "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
         "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
-        "(better/worse only when the interval excludes 0), the seeds used.",
+        "(better/worse only when the interval excludes 0), the seeds used. " + FEW_SEEDS_NOTE + ".",
     ]
     for task, summary in summaries.items():
         parts += [

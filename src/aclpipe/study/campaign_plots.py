@@ -48,9 +48,13 @@ def panels(campaign: Campaign, present: list[str]) -> list[tuple[str, list[str]]
 
 def _seeds(summary: dict) -> str:
     seeds = summary["complete"]
-    if seeds:
-        return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-    return "each run's own seeds"
+    if not seeds:
+        return "each run's own seeds"
+    text = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    ablations = summary.get("complete_ablations")
+    if summary.get("ablations") and ablations != seeds:
+        text += f"; ablations {', '.join(map(str, ablations)) if ablations else 'own seeds'}"
+    return text
 
 
 def draw_exit_bands(campaign: Campaign, summary: dict, path: Path) -> None:

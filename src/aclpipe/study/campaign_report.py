@@ -7,14 +7,16 @@ Statistics (``aclpipe.study.measures``, ``paired``; METHODS.md "Comparisons"), s
 
 - A run's row (final exit, shallow half, average over exits, AUC, every exit, budgets) is
   the mean over its seeds, with the sample sd over seeds and a 95% interval from the
-  bootstrap over seeds and dev examples. Rows are over the *table seeds*: the seeds that
-  every run planned for them has finished (ablations are planned on fewer seeds), so that
-  every row of a seed set is over the same data orders; before any seed is complete, each
-  row is over the seeds it has, and the report says so.
+  bootstrap over seeds and dev examples. Rows are over the *table seeds*, per set of runs:
+  the claims' runs over the seeds every one of them has finished, the ablations over those
+  of these seeds that every ablation planned for them has finished too (ablations are
+  planned on fewer seeds), so that every row of a set is over the same data orders and a
+  late ablation does not hold the claims' rows back; before a set has a complete seed, each
+  of its rows is over the seeds it has, and the report says so.
 - A claim "A beats B" is judged by the paired bootstrap over the seeds *both* runs have
   finished (not only the table seeds), and says which.
-- Budgets choose each seed's exit setting on the validation split and report dev; every
-  table seed counts (``measures.budget_pick``).
+- Budgets count from ce's full model of the same seed, choose each seed's exit setting on
+  the validation split and report dev; every table seed counts (``measures.budget_pick``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from aclpipe.study import measures as scoring
 from aclpipe.study import paired
 from aclpipe.study.campaign import Campaign
 
+BUDGET_REFERENCE = "ce"  # budgets count from this run's full model, seed by seed
 COST_GRID = 41  # costs at which each seed's dev curve is read, to average curves over seeds
 
 # (question, A, B, measure, a seed claim: one the papers make, answered in README.md)
@@ -143,23 +146,31 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     finished = {run: sorted(by_seed) for run, by_seed in found.items()}
     planned = {run: campaign.seeds_for(run) for run in campaign.runs}
     all_seeds = sorted({s for seeds in planned.values() for s in seeds})
-    complete = [
-        s for s in all_seeds if all(s in finished.get(r, []) for r in campaign.runs if s in planned[r])
-    ]  # fmt: skip
+    ablations = [r for r in campaign.runs if r in campaign.ablations]
+    claims_runs = [r for r in campaign.runs if r not in campaign.ablations]
+
+    def done(runs: list[str], s: int) -> bool:
+        return all(s in finished.get(r, []) for r in runs if s in planned[r])
+
+    complete = [s for s in all_seeds if done(claims_runs, s)]
+    complete_ablations = [  # a seed no ablation is planned for completes nothing
+        s for s in complete if any(s in planned[r] for r in ablations) and done(ablations, s)
+    ]
     out: dict[str, Any] = {
         "task": task,
         "finished": sum(len(s) for s in finished.values()),
         "planned": sum(len(s) for s in planned.values()),
         "missing": {r: [s for s in planned[r] if s not in finished.get(r, [])] for r in planned},
         "complete": complete,
-        "ablations": [r for r in campaign.runs if r in campaign.ablations],
+        "complete_ablations": complete_ablations,
+        "ablations": ablations,
         "resamples": resamples,
         "runs": {},
     }
-    table_seeds = {
-        run: [s for s in seeds if s in complete] if complete else seeds
-        for run, seeds in finished.items()
-    }
+    table_seeds = {}
+    for run, seeds in finished.items():
+        of_set = complete_ablations if run in campaign.ablations else complete
+        table_seeds[run] = [s for s in seeds if s in of_set] if of_set else seeds
     out["left_out"] = {
         run: [s for s in finished[run] if s not in seeds]
         for run, seeds in table_seeds.items()
@@ -181,6 +192,12 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     out["stacks"] = dict(
         collections.Counter(stack(r["record"]) for s in found.values() for r in s.values())
     )
+    references = {  # per seed, ce's final-exit (validation, dev) scores: the budgets' reference
+        s: scoring.final_scores(r["outputs"])
+        for s, r in found.get(BUDGET_REFERENCE, {}).items()
+        if r["outputs"].validation_logits is not None
+    }
+    out["budget_reference"] = BUDGET_REFERENCE if references else None
     measures: dict[str, dict[str, dict[int, scoring.Measure]]] = {}
     for run in campaign.runs:
         if run not in found:
@@ -194,14 +211,14 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
             continue
         out["runs"][run] = _run_entry(
             t, run, {s: by_seed[s] for s in table_seeds[run]}, measures[run], labels, resamples,
-            out["majority"],
+            out["majority"], references,
         )  # fmt: skip
     out["claims"] = [_claim(t, c, measures, planned, labels, resamples) for c in CLAIMS]
     out["noise_floor"] = _claim(t, NOISE_FLOOR, measures, planned, labels, resamples)
     return out
 
 
-def _run_entry(task, run, by_seed, measures, labels, resamples, majority) -> dict:
+def _run_entry(task, run, by_seed, measures, labels, resamples, majority, references) -> dict:
     seeds = sorted(by_seed)
     first = by_seed[seeds[0]]
     outputs = first["outputs"]
@@ -227,7 +244,9 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority) -> dic
         r["outputs"].validation_logits is not None for r in by_seed.values()
     )
     if multi:
-        entry["budgets"] = {str(b): _budget(by_seed, b, majority) for b in scoring.BUDGETS}
+        entry["budgets"] = {
+            str(b): _budget(by_seed, b, majority, references) for b in scoring.BUDGETS
+        }
         entry["cost_curve"] = _cost_curve(task, by_seed)
     entry.update(_angles(by_seed))
     return entry
@@ -241,19 +260,37 @@ def _figure(values: list[float]) -> dict:
     }
 
 
-def _budget(by_seed: dict, budget: int, majority: dict) -> dict:
-    picks = {s: scoring.budget_pick(r["outputs"], budget) for s, r in sorted(by_seed.items())}
-    below = any(
+def _budget(by_seed: dict, budget: int, majority: dict, references: dict) -> dict:
+    """One budget cell over the seeds: each seed's pick counted from ce's scores of that seed
+    (the run's own where ce lacks the seed). The speed-up is the inverse of the mean dev time
+    ratio over seeds (a mean of per-seed speed-ups would let one seed that exits everything at
+    layer 1 swamp the rest); the per-seed speed-ups' range is kept beside it."""
+    picks = {
+        s: scoring.budget_pick(r["outputs"], budget, references.get(s))
+        for s, r in sorted(by_seed.items())
+    }
+    floor_below = any(
         caveats.at_or_below(p["validation_floor"], majority.get("validation"))
         or caveats.at_or_below(p["dev_floor"], majority.get("dev"))
         for p in picks.values()
     )
+    pick_below = any(
+        caveats.at_or_below(p["dev_score"], majority.get("dev")) for p in picks.values()
+    )
+    ratios = [p["dev_time_ratio"] for p in picks.values()]
+    speedups = [p["dev_speedup"] for p in picks.values()]
     return {
-        "speedup": _figure([p["dev_speedup"] for p in picks.values()]),
+        "speedup": 1.0 / statistics.fmean(ratios),
+        "speedup_range": [min(speedups), max(speedups)],
+        "time_ratio": _figure(ratios),
         "dev_score": _figure([p["dev_score"] for p in picks.values()]),
         "met": sum(p["met"] for p in picks.values()),
+        "admitted": sum(p["admitted"] for p in picks.values()),
         "seeds": len(picks),
-        "below_majority": below,
+        "own_reference": sum(p["reference"] == "own" for p in picks.values()),
+        "below_majority": floor_below or pick_below,
+        "floor_below_majority": floor_below,
+        "pick_below_majority": pick_below,
         "by_seed": {str(s): p for s, p in picks.items()},
     }
 

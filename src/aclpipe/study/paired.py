@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from aclpipe.data.tasks import Task
+from aclpipe.errors import UserError
 from aclpipe.study.measures import ROUNDING, Measure
 
 RESAMPLES = 2000
@@ -87,6 +88,13 @@ def paired_bootstrap(
     seeds = sorted(set(a) & set(b))
     if not seeds:
         return {"seeds": [], "verdict": "no common seed"}
+    ranges = {m.cost_range for m in (*a.values(), *b.values())}
+    if len(ranges) > 1:  # areas over other cost ranges are other means: not comparable
+        raise UserError(
+            "the runs' AUCs span different cost ranges "
+            f"({', '.join(f'{lo:.3f}-{hi:.3f}' for lo, hi in sorted(ranges))}): "
+            "compare runs with the same exits (model.exits)"
+        )
     labels = np.asarray(labels)
     ones = np.ones((1, len(labels)))
     original = resampled_differences(
