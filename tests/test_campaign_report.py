@@ -20,7 +20,7 @@ from aclpipe.evaluation.metrics import compute_metrics, task_score
 from aclpipe.layout import RESULTS_COST_PNG
 from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_markdown import overview_markdown
+from aclpipe.study.campaign_overview import overview_markdown
 from aclpipe.study.campaign_report import summarise_task, write_reports
 
 TASK = TASKS["sst2"]

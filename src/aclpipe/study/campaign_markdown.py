@@ -3,12 +3,10 @@ rendered from ``campaign_report.summarise_task``'s summaries (no statistics comp
 
 from __future__ import annotations
 
-import collections
-
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
+from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.measures import BUDGETS
 
 REGENERATE = (
     "`dvc repro campaign/dvc.yaml` (trains only the runs not yet recorded in "
@@ -21,12 +19,6 @@ MEASURE_NAMES = {
     "average": "average over exits",
     "auc": "AUC",
 }
-BELOW = "†"
-BELOW_NOTE = (
-    f"{BELOW} for some seed the budget's floor (the reference's validation or dev score minus "
-    "b points) is at or below the majority-class score, so a constant guess would pass it, or "
-    "the picked setting's dev score is at or below the majority-class score"
-)
 AUC_DEFINITION = (
     "AUC: the settings (full model, and each policy over its threshold grid) on the "
     "*validation* Pareto frontier (no other setting both cheaper-or-equal and better-or-equal "
@@ -93,12 +85,12 @@ def claim_line(claim: dict) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def _runs(n: int) -> str:
+def runs_text(n: int) -> str:
     return f"{n} run{'s' if n != 1 else ''}"
 
 
@@ -163,7 +155,7 @@ def _setting(campaign: Campaign, summary: dict) -> str:
     )
 
 
-def claims_table(summary: dict) -> str:
+def claimstable(summary: dict) -> str:
     rows = []
     for claim in [*summary["claims"], summary["noise_floor"]]:
         if "difference" not in claim:
@@ -176,45 +168,8 @@ def claims_table(summary: dict) -> str:
             f"{signed(claim['difference'])} [{signed(claim['low'])}, {signed(claim['high'])}]",
             p_value(claim), f"**{claim['verdict']}**", seeds_text(claim["seeds"]) + one,
         ])  # fmt: skip
-    return _table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",
+    return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",
                    "seeds"], rows)  # fmt: skip
-
-
-def _budget_cell(cell: dict) -> str:
-    """``1.69x (1.19-5.95); 80.1 ± 1.2; met 1/3; no pick 1/3 †``."""
-    low, high = cell["speedup_range"]
-    spread = f" ({low:.2f}-{high:.2f})" if cell["seeds"] > 1 else ""
-    score = cell["dev_score"]
-    score_sd = f" ± {100 * score['sd']:.1f}" if score["sd"] is not None else ""
-    none = cell["seeds"] - cell["admitted"]
-    no_pick = f"; no pick {none}/{cell['seeds']}" if none else ""
-    mark = f" {BELOW}" if cell["below_majority"] else ""
-    return (
-        f"{cell['speedup']:.2f}x{spread}; {pts(score['mean'])}{score_sd}; "
-        f"met {cell['met']}/{cell['seeds']}{no_pick}{mark}"
-    )
-
-
-def _budget_intro(summary: dict) -> str:
-    reference = summary.get("budget_reference")
-    if reference:
-        whom = (
-            f"the reference is {reference}'s full model of the same seed (the baseline a "
-            "faster model must stay near; a run's own full model only where "
-            f"{reference} lacks the seed)"
-        )
-    else:
-        whom = "the reference is the run's own full model (the campaign has no ce run)"
-    return (
-        f"Per seed, {whom}. A budget of b points admits the settings scoring at least the "
-        "reference's *validation* score - b on validation; the cheapest of them on validation "
-        "(ties: the better score) is picked, and where none is admitted, the run's full model "
-        '(no early exit, 1.00x; counted as "no pick"). Reported on *dev*: the layer speed-up '
-        "(layers over the mean exit layer, averaged over seeds as the inverse of the mean time "
-        "ratio; per-seed range in brackets), the dev score (mean ± sd over seeds), and how many "
-        "seeds' dev score met the reference's dev score - b. Every table seed counts. Measured "
-        "wall-clock speed-ups are benchmarks/early_exit_speed.py's job."
-    )
 
 
 def task_markdown(campaign: Campaign, summary: dict) -> str:
@@ -227,7 +182,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         f"Regenerate: {REGENERATE}.",
         f"Setting: {_setting(campaign, summary)}. Every run shares campaign/params.yaml and "
         "differs only by the overrides listed. Ran on: "
-        + "; ".join(f"{s} ({_runs(n)})" for s, n in sorted(summary["stacks"].items()))
+        + "; ".join(f"{s} ({runs_text(n)})" for s, n in sorted(summary["stacks"].items()))
         + ".",
         f"Dev score x100 ({metrics}). Figures: mean ± sample sd over seeds [95% interval of "
         f"a bootstrap over seeds and dev examples, {summary['resamples']} resamples].",
@@ -241,10 +196,10 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "runs of the same CE recipe: a difference of its size means nothing. "
         + FEW_SEEDS_NOTE
         + ".",
-        claims_table(summary),
+        claimstable(summary),
         majority_line(summary),
         "## Scores per run",
-        _table(
+        table(
             [
                 "run",
                 "method",
@@ -279,33 +234,16 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         parts += [
             "## Every exit",
             f"Score of each exit layer (plot: {RESULTS_EXITS_PNG}, with the 95% bands).",
-            _table(
+            table(
                 ["run", *(f"layer {k}" for k in layers)],
                 [[run, *(figure(x) for x in e["per_exit"])] for run, e in multi.items()],
             ),
             majority_line(summary),
         ]
-        budgeted = {run: e for run, e in multi.items() if "budgets" in e}
-        parts.append("## Speed-up within a quality budget")
-        if budgeted:
-            parts += [
-                _budget_intro(summary),
-                _table(
-                    ["run", *(f"budget {b} point{'s' if b != 1 else ''}" for b in BUDGETS)],
-                    [
-                        [run, *(_budget_cell(e["budgets"][str(b)]) for b in BUDGETS)]
-                        for run, e in budgeted.items()
-                    ],
-                ),  # fmt: skip
-                majority_line(summary),
-            ]
-            if any(c["below_majority"] for e in budgeted.values() for c in e["budgets"].values()):
-                parts.append(BELOW_NOTE + ".")
-        else:
-            parts.append(
-                "Not available: the runs have no validation split, where the exit settings "
-                "are chosen (set data.validation_fraction, prepare and rerun)."
-            )
+        text, header, rows, note = campaign_speed.section(summary, multi)
+        parts += ["## Speed-up within a quality budget", text]
+        if rows:
+            parts += [table(header, rows), majority_line(summary)] + ([note] if note else [])
         parts.append(f"Score against expected time, every task: ../{RESULTS_COST_PNG}.")
     angled = {run: e["angles"] for run, e in runs.items() if "angles" in e}
     if angled:
@@ -315,7 +253,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             "(the table seeds pooled for the mean angle; shares as mean ± sd over seeds). "
             f"`altered`: the share of steps the rule dropped (ACL-Grad) or projected (GR). "
             f"Histograms: {RESULTS_ANGLES_PNG}.",
-            _table(
+            table(
                 ["run", "steps", "mean angle", "share > 90° (%)", "altered (%)"],
                 [
                     [
@@ -333,7 +271,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "## Runs",
         "Each run's exact params (the shared file with its overrides applied) and the stack "
         "it ran on are in its run.json; its per-example outputs in predictions.npz.",
-        _table(
+        table(
             ["run", "seed", "folder", "command"],
             [
                 [
@@ -347,79 +285,4 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             ],
         ),  # fmt: skip
     ]
-    return "\n\n".join(parts) + "\n"
-
-
-def not_holding(summaries: dict[str, dict]) -> list[str]:
-    """One plain sentence per seed claim that is not "better" on some task."""
-    lines = []
-    questions = [c["question"] for c in next(iter(summaries.values()))["claims"]]
-    for i, question in enumerate(questions):
-        verdicts = {t: s["claims"][i] for t, s in summaries.items() if s["claims"][i]["seed_claim"]}
-        failing = {
-            t: c["verdict"]
-            for t, c in verdicts.items()
-            if "difference" in c and c["verdict"] != "better"
-        }
-        if failing:
-            where = "; ".join(f"{t}: {v}" for t, v in failing.items())
-            lines.append(f"- Claimed: {question}. Here: {where}.")
-    return lines
-
-
-def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
-    done = sum(s["finished"] for s in summaries.values())
-    # every task of the campaign, those with no finished run (and no summary) included
-    planned = len(campaign.tasks) * sum(len(campaign.seeds_for(run)) for run in campaign.runs)
-    stacks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for task, summary in summaries.items():
-        for name, n in summary["stacks"].items():
-            stacks[name][task] += n
-    parts = [
-        "# Results on real GLUE",
-        f"The seeds campaign (campaign/params.yaml): {done} of {planned} planned runs done. "
-        f"Dev scores x100. Regenerate: {REGENERATE}.",
-        "Per task, the claims with their tables, per-exit scores with bands, budgets, gradient "
-        "angles and every run: "
-        + ", ".join(f"[{t}]({t}/results.md)" for t in summaries)
-        + f". Score against expected time, every task: {RESULTS_COST_PNG}.",
-        "## What ran where",
-        _table(
-            ["stack (device, libraries)", "runs"],
-            [
-                [s, ", ".join(f"{t} {_runs(n)}" for t, n in by_task.items())]
-                for s, by_task in sorted(stacks.items())
-            ],
-        ),
-        "## The claims",
-        "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
-        "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
-        "(better/worse only when the interval excludes 0), the seeds used. " + FEW_SEEDS_NOTE + ".",
-    ]
-    for task, summary in summaries.items():
-        parts += [
-            f"### {task}",
-            "\n".join(
-                claim_line(c) for c in summary["claims"] if c["verdict"] != "not in this campaign"
-            ),
-            claim_line(summary["noise_floor"]),
-        ]
-    failing = not_holding(summaries)
-    parts += ["## Where the seeds' claims do not hold here"]
-    tested = sum(
-        1
-        for summary in summaries.values()
-        for c in summary["claims"]
-        if c["seed_claim"] and "difference" in c
-    )
-    if failing:
-        parts.append("\n".join(failing))
-    elif tested == 0:  # silence is not agreement: say that nothing was tested
-        parts.append(
-            "No seed claim has been tested yet: the runs each one compares have not finished."
-        )
-    else:
-        parts.append(
-            f"Every seed claim tested so far ({tested} task-claim pairs) holds where it was tested."
-        )
     return "\n\n".join(parts) + "\n"

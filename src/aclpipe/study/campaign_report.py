@@ -32,7 +32,6 @@ import numpy as np
 from aclpipe import atomic
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.evaluation import caveats
 from aclpipe.layout import (
     METRICS,
     PREDICTIONS,
@@ -45,12 +44,9 @@ from aclpipe.layout import (
     RUN_RECORD,
     VALIDATION,
 )
+from aclpipe.study import campaign_speed, paired
 from aclpipe.study import measures as scoring
-from aclpipe.study import paired
 from aclpipe.study.campaign import Campaign
-
-BUDGET_REFERENCE = "ce"  # budgets count from this run's full model, seed by seed
-COST_GRID = 41  # costs at which each seed's dev curve is read, to average curves over seeds
 
 # (question, A, B, measure, a seed claim: one the papers make, answered in README.md)
 CLAIMS: list[tuple[str, str, str, str, bool]] = [
@@ -192,12 +188,8 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     out["stacks"] = dict(
         collections.Counter(stack(r["record"]) for s in found.values() for r in s.values())
     )
-    references = {  # per seed, ce's final-exit (validation, dev) scores: the budgets' reference
-        s: scoring.final_scores(r["outputs"])
-        for s, r in found.get(BUDGET_REFERENCE, {}).items()
-        if r["outputs"].validation_logits is not None
-    }
-    out["budget_reference"] = BUDGET_REFERENCE if references else None
+    references = campaign_speed.references(found)
+    out["budget_reference"] = campaign_speed.BUDGET_REFERENCE if references else None
     measures: dict[str, dict[str, dict[int, scoring.Measure]]] = {}
     for run in campaign.runs:
         if run not in found:
@@ -244,72 +236,10 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority, refere
         r["outputs"].validation_logits is not None for r in by_seed.values()
     )
     if multi:
-        entry["budgets"] = {
-            str(b): _budget(by_seed, b, majority, references) for b in scoring.BUDGETS
-        }
-        entry["cost_curve"] = _cost_curve(task, by_seed)
+        entry["budgets"] = campaign_speed.budgets(by_seed, majority, references)
+        entry["cost_curve"] = campaign_speed.cost_curve(task, by_seed)
     entry.update(_angles(by_seed))
     return entry
-
-
-def _figure(values: list[float]) -> dict:
-    return {
-        "mean": statistics.fmean(values),
-        "sd": statistics.stdev(values) if len(values) > 1 else None,
-        "n": len(values),
-    }
-
-
-def _budget(by_seed: dict, budget: int, majority: dict, references: dict) -> dict:
-    """One budget cell over the seeds: each seed's pick counted from ce's scores of that seed
-    (the run's own where ce lacks the seed). The speed-up is the inverse of the mean dev time
-    ratio over seeds (a mean of per-seed speed-ups would let one seed that exits everything at
-    layer 1 swamp the rest); the per-seed speed-ups' range is kept beside it."""
-    picks = {
-        s: scoring.budget_pick(r["outputs"], budget, references.get(s))
-        for s, r in sorted(by_seed.items())
-    }
-    floor_below = any(
-        caveats.at_or_below(p["validation_floor"], majority.get("validation"))
-        or caveats.at_or_below(p["dev_floor"], majority.get("dev"))
-        for p in picks.values()
-    )
-    pick_below = any(
-        caveats.at_or_below(p["dev_score"], majority.get("dev")) for p in picks.values()
-    )
-    ratios = [p["dev_time_ratio"] for p in picks.values()]
-    speedups = [p["dev_speedup"] for p in picks.values()]
-    return {
-        "speedup": 1.0 / statistics.fmean(ratios),
-        "speedup_range": [min(speedups), max(speedups)],
-        "time_ratio": _figure(ratios),
-        "dev_score": _figure([p["dev_score"] for p in picks.values()]),
-        "met": sum(p["met"] for p in picks.values()),
-        "admitted": sum(p["admitted"] for p in picks.values()),
-        "seeds": len(picks),
-        "own_reference": sum(p["reference"] == "own" for p in picks.values()),
-        "below_majority": floor_below or pick_below,
-        "floor_below_majority": floor_below,
-        "pick_below_majority": pick_below,
-        "by_seed": {str(s): p for s, p in picks.items()},
-    }
-
-
-def _cost_curve(task, by_seed: dict) -> dict:
-    """Each seed's dev points of its validation-frontier settings, and the mean over seeds of
-    the curves through them (read at ``COST_GRID`` costs, flat beyond the end points)."""
-    points, curves = {}, []
-    for seed, r in sorted(by_seed.items()):
-        outputs = r["outputs"]
-        m = scoring.measure(outputs, "auc")
-        ones = np.ones(len(outputs.dev_labels))
-        scores = scoring.weighted_scores(task, m.predictions, outputs.dev_labels, ones)[0]  # [S]
-        costs = m.layers.mean(axis=1) / outputs.num_layers
-        order = np.lexsort((scores, costs))
-        points[str(seed)] = {"costs": costs[order].tolist(), "scores": scores[order].tolist()}
-        grid = np.linspace(*m.cost_range, COST_GRID)
-        curves.append(np.interp(grid, costs[order], scores[order]))
-    return {"points": points, "costs": grid.tolist(), "scores": np.mean(curves, axis=0).tolist()}
 
 
 def _angles(by_seed: dict) -> dict:
@@ -329,8 +259,8 @@ def _angles(by_seed: dict) -> dict:
     return {
         "angles": {
             "steps": len(pooled),
-            "share_over_90": _figure([x["share_over_90"] for x in per_seed]),
-            "altered_rate": _figure([x["altered_rate"] for x in per_seed]),
+            "share_over_90": campaign_speed.over_seeds([x["share_over_90"] for x in per_seed]),
+            "altered_rate": campaign_speed.over_seeds([x["altered_rate"] for x in per_seed]),
             "mean_angle": statistics.fmean(pooled),
             "histogram": bins,
         }
@@ -363,7 +293,7 @@ def _claim(task, claim, measures, planned, labels, resamples) -> dict:
 def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
     """Write every task's results and plots, the campaign-wide figure and the overview;
     returns the summaries."""
-    from aclpipe.study import campaign_markdown, campaign_plots
+    from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots
 
     summaries = {}
     for task in campaign.tasks:
@@ -379,6 +309,6 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
             campaign_plots.draw_angle_histograms(summary, out / RESULTS_ANGLES_PNG)
     if summaries:
         campaign_plots.draw_score_vs_time(campaign, summaries, reports_dir / RESULTS_COST_PNG)
-        overview = campaign_markdown.overview_markdown(campaign, summaries)
+        overview = campaign_overview.overview_markdown(campaign, summaries)
         atomic.write_text(reports_dir / REPORTS_README, overview)
     return summaries

@@ -1,0 +1,85 @@
+"""``reports/README.md``: the campaign-wide overview, one line per claim per task with its
+interval, and where the seeds' claims do not hold here."""
+
+from __future__ import annotations
+
+import collections
+
+from aclpipe.layout import RESULTS_COST_PNG
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE, REGENERATE, claim_line, runs_text, table
+
+
+def not_holding(summaries: dict[str, dict]) -> list[str]:
+    """One plain sentence per seed claim that is not "better" on some task."""
+    lines = []
+    questions = [c["question"] for c in next(iter(summaries.values()))["claims"]]
+    for i, question in enumerate(questions):
+        verdicts = {t: s["claims"][i] for t, s in summaries.items() if s["claims"][i]["seed_claim"]}
+        failing = {
+            t: c["verdict"]
+            for t, c in verdicts.items()
+            if "difference" in c and c["verdict"] != "better"
+        }
+        if failing:
+            where = "; ".join(f"{t}: {v}" for t, v in failing.items())
+            lines.append(f"- Claimed: {question}. Here: {where}.")
+    return lines
+
+
+def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
+    done = sum(s["finished"] for s in summaries.values())
+    # every task of the campaign, those with no finished run (and no summary) included
+    planned = len(campaign.tasks) * sum(len(campaign.seeds_for(run)) for run in campaign.runs)
+    stacks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for task, summary in summaries.items():
+        for name, n in summary["stacks"].items():
+            stacks[name][task] += n
+    parts = [
+        "# Results on real GLUE",
+        f"The seeds campaign (campaign/params.yaml): {done} of {planned} planned runs done. "
+        f"Dev scores x100. Regenerate: {REGENERATE}.",
+        "Per task, the claims with their tables, per-exit scores with bands, budgets, gradient "
+        "angles and every run: "
+        + ", ".join(f"[{t}]({t}/results.md)" for t in summaries)
+        + f". Score against expected time, every task: {RESULTS_COST_PNG}.",
+        "## What ran where",
+        table(
+            ["stack (device, libraries)", "runs"],
+            [
+                [s, ", ".join(f"{t} {runs_text(n)}" for t, n in by_task.items())]
+                for s, by_task in sorted(stacks.items())
+            ],
+        ),
+        "## The claims",
+        "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
+        "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
+        "(better/worse only when the interval excludes 0), the seeds used. " + FEW_SEEDS_NOTE + ".",
+    ]
+    for task, summary in summaries.items():
+        parts += [
+            f"### {task}",
+            "\n".join(
+                claim_line(c) for c in summary["claims"] if c["verdict"] != "not in this campaign"
+            ),
+            claim_line(summary["noise_floor"]),
+        ]
+    failing = not_holding(summaries)
+    parts += ["## Where the seeds' claims do not hold here"]
+    tested = sum(
+        1
+        for summary in summaries.values()
+        for c in summary["claims"]
+        if c["seed_claim"] and "difference" in c
+    )
+    if failing:
+        parts.append("\n".join(failing))
+    elif tested == 0:  # silence is not agreement: say that nothing was tested
+        parts.append(
+            "No seed claim has been tested yet: the runs each one compares have not finished."
+        )
+    else:
+        parts.append(
+            f"Every seed claim tested so far ({tested} task-claim pairs) holds where it was tested."
+        )
+    return "\n\n".join(parts) + "\n"
