@@ -381,4 +381,7 @@ def test_a_claim_line_keeps_p_apart_from_the_interval_edge() -> None:
     assert "p 0.0255:" in line and "[+0.0, +3.4]" in line
     assert "(seeds 1, 2; 2 seeds only)" in line
     assert "only" not in claim_line({**claim, "seeds": [1, 2, 3]})
+    # a bound that one decimal would print as +0.0 shows its sign
+    assert "[+0.0083, +3.4]" in claim_line({**claim, "low": 0.000083, "verdict": "better"})
+    assert "[-0.0037, +3.4]" in claim_line({**claim, "low": -0.000037})
     assert "1 seed: examples only" in claim_line({**claim, "seeds": [1]})

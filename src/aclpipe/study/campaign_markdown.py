@@ -37,6 +37,14 @@ def signed(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+def bound(x: float) -> str:
+    """An interval's end, x100: one decimal, or two significant digits where one decimal would
+    print +0.0 for a bound that is not 0 (the verdict turns on its sign)."""
+    if x != 0 and abs(100 * x) < 0.05:
+        return f"{100 * x:+.2g}"
+    return signed(x)
+
+
 def figure(f: dict | None) -> str:
     """``84.3 ± 0.7 [83.1, 85.4]`` (x100): mean ± sd over seeds [95% bootstrap interval]."""
     if not f or f.get("mean") is None:
@@ -80,7 +88,7 @@ def claim_line(claim: dict) -> str:
     one = f"; {few_seeds(claim['seeds'])}" if few_seeds(claim["seeds"]) else ""
     return (
         f"- {claim['question']}: {claim['a']} - {claim['b']} = {signed(claim['difference'])} "
-        f"[{signed(claim['low'])}, {signed(claim['high'])}] points, p {p_value(claim)}: "
+        f"[{bound(claim['low'])}, {bound(claim['high'])}] points, p {p_value(claim)}: "
         f"**{claim['verdict']}** (seeds {seeds_text(claim['seeds'])}{one})."
     )
 
@@ -165,7 +173,7 @@ def claimstable(summary: dict) -> str:
         one = f" ({few_seeds(claim['seeds'])})" if few_seeds(claim["seeds"]) else ""
         rows.append([
             claim["question"], MEASURE_NAMES[claim["measure"]],
-            f"{signed(claim['difference'])} [{signed(claim['low'])}, {signed(claim['high'])}]",
+            f"{signed(claim['difference'])} [{bound(claim['low'])}, {bound(claim['high'])}]",
             p_value(claim), f"**{claim['verdict']}**", seeds_text(claim["seeds"]) + one,
         ])  # fmt: skip
     return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",
