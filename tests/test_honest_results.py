@@ -42,6 +42,7 @@ from aclpipe.evaluation.scoring import majority_prediction, majority_scores
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.study.tradeoff import tradeoff
+from aclpipe.study.tradeoff_tables import ON_DEV
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
 # The rows of docs/bad_inputs.md checked here (linked to this file), in the table's order.
@@ -386,6 +387,7 @@ def test_tradeoff_marks_a_model_at_chance(tmp_path: Path) -> None:
     report = tradeoff("qnli", tmp_path / "reports", console=console)  # draws both plots
     assert report["majority"] == 0.515
     expected = [
+        f"warning: qnli: {ON_DEV}",  # these results have no validation sweep
         "warning: qnli/joint full model 51.00 is at or below the majority-class score 51.50: "
         "the model has not learned the task; its speed-ups mean nothing",
         *(f"warning: qnli budget '{name}' admits scores down to {floor}, at or below the "
@@ -418,9 +420,10 @@ def test_tradeoff_good_models_carry_no_marks(tmp_path: Path, no_plots: None) -> 
     write_result(task_dir, "joint", {1: 0.85, 2: 0.88, 3: 0.90}, 0.505, measured=2.9)
     console, out = quiet()
     report = tradeoff("qnli", tmp_path / "reports", console=console)
-    assert report["warnings"] == [] and "warning" not in out.getvalue()
+    assert report["warnings"] == [f"warning: qnli: {ON_DEV}"]  # no validation sweep: said
+    assert out.getvalue().count("warning") == 1
     md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
-    assert "≤ majority" not in md and "×*" not in md and "Warnings" not in md
+    assert "≤ majority" not in md and "×*" not in md and md.count(ON_DEV) == 1
     assert "Majority-class score 50.50" in md and "timed on 64 dev examples" in md
 
 
@@ -432,7 +435,7 @@ def test_tradeoff_reads_results_without_the_floor(tmp_path: Path, no_plots: None
     del metrics["majority_score"]
     (task_dir / "ce" / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     report = tradeoff("qnli", tmp_path / "reports", console=quiet()[0])
-    assert report["majority"] is None and report["warnings"] == []
+    assert report["majority"] is None and report["warnings"] == [f"warning: qnli: {ON_DEV}"]
     assert "not recorded" in (task_dir / "tradeoff.md").read_text(encoding="utf-8")
 
 

@@ -311,3 +311,5 @@ def test_settings_are_chosen_on_validation_and_scored_on_dev(
     assert result["validation_reference"] is None
     assert pick(result, "joint", 1)["chosen_on"] == "dev"
     assert pick(result, "joint", 1)["policy"] == "patience"
+    assert any("settings chosen on dev" in w and "optimistic" in w for w in result["warnings"])
+    assert "Warnings:" in (task_dir / "tradeoff.md").read_text()

@@ -44,10 +44,19 @@ def _noisy(row: dict, field: str) -> bool:
     return caveats.is_noise(row.get(field), row.get("speedup_bound"))
 
 
+ON_DEV = (
+    "settings chosen on dev, the split that scores them (some method has no validation sweep), "
+    "so these speed-ups are optimistic: prepare with data.validation_fraction > 0 and rerun "
+    "evaluate to choose on validation"
+)
+
+
 def warnings(report: dict, summary: dict) -> list[str]:
     """One line per method at or below the floor, per budget whose floor is at or below it,
     per method timed on too few examples and per method with noisy speed-ups in the table."""
     majority, lines = report["majority"], []
+    if report.get("validation_reference") is None:
+        lines.append(f"warning: {report['task']}: {ON_DEV}")
     for method in _low_methods(report, summary):
         lines.append(caveats.final_warning(_name(report, method),
                                            summary[method]["final_score"], majority, "full model",
