@@ -385,3 +385,30 @@ def test_a_claim_line_keeps_p_apart_from_the_interval_edge() -> None:
     assert "[+0.0083, +3.4]" in claim_line({**claim, "low": 0.000083, "verdict": "better"})
     assert "[-0.0037, +3.4]" in claim_line({**claim, "low": -0.000037})
     assert "1 seed: examples only" in claim_line({**claim, "seeds": [1]})
+
+
+def test_runs_scored_on_other_data_are_a_one_line_error(tmp_path: Path, params_dict) -> None:
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
+    write_run(path.parent, "ce", "ce", 1, [0.7])
+    odd = write_run(path.parent, "joint", "joint", 1, MULTI)
+    record = json.loads((odd / "run.json").read_text())
+    record["data"]["max_length"] = 128  # prepared at another length: other examples' tokens
+    (odd / "run.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"other data than .* differs in max_length\)"):
+        summarise_task(load_campaign(path), "sst2")
+    result = CliRunner().invoke(app, ["campaign", "report", "--campaign", str(path)])
+    assert result.exit_code == 2 and "rerun it" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_runs_scored_on_other_dev_examples_are_a_one_line_error(tmp_path: Path,
+                                                                params_dict) -> None:  # fmt: skip
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
+    write_run(path.parent, "ce", "ce", 1, [0.7])
+    odd = write_run(path.parent, "joint", "joint", 1, MULTI)
+    with np.load(odd / "predictions.npz") as z:
+        arrays = dict(z)
+    arrays["dev_labels"] = arrays["dev_labels"][::-1].copy()  # the same labels, another order
+    np.savez_compressed(odd / "predictions.npz", **arrays)
+    with pytest.raises(UserError, match="scored other dev examples than"):
+        summarise_task(load_campaign(path), "sst2")
