@@ -33,9 +33,11 @@ each finished run, so an interrupted campaign resumes where it stopped, and the 
 rebuilt from the committed runs in seconds.
 
 The published results are ``aclpipe.study.campaign_report`` (figures and verdicts from the run
-folders' per-example predictions), ``campaign_markdown`` and ``campaign_plots``; the
-statistics (paired bootstrap, budgets on validation, areas under the score-cost curve) are
-``aclpipe.study.paired``.
+folders' per-example predictions), ``campaign_markdown``, ``campaign_overview`` and
+``campaign_plots``. What a run is scored by (each exit's score, the average over exits,
+budget picks on validation, the area under the score-cost curve) is ``aclpipe.study.measures``;
+the paired bootstrap over seeds and dev examples is ``paired``; budgets and the cost curve
+over seeds are ``campaign_speed``.
 """
 
 from __future__ import annotations
