@@ -266,3 +266,91 @@ def test_tune_end_to_end_picks_on_validation(
     result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output  # nothing is redone
     assert "uses the pick" in (tmp_path / "reports/sst2/tuning.md").read_text()
+
+
+def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: np.ndarray,
+                   predictions: bool = True) -> None:  # fmt: skip
+    """A finished grid run whose final exit is right on validation where ``right`` is."""
+    folder = campaign.layout.tune_run("sst2", config, seed)
+    (folder / "dvclive").mkdir(parents=True)
+    final = np.where(right, labels, 1 - labels)
+    logits = np.zeros((1, len(labels), 2), dtype=np.float32)
+    logits[0, np.arange(len(labels)), final] = 1.0
+    score = float(np.mean(right))
+    split = {"per_exit": [{"layer": 2, "score": score}]}
+    (folder / "metrics.json").write_text(json.dumps({"splits": {"dev": split,
+                                                                "validation": split}}))  # fmt: skip
+    (folder / "run.json").write_text("{}")
+    (folder / "dvclive" / "params.yaml").write_text("padding_free: true\n")
+    if predictions:
+        np.savez_compressed(folder / "predictions.npz", validation_logits=logits,
+                            validation_labels=labels)  # fmt: skip
+
+
+def test_the_pick_is_tested_against_the_runner_up(tmp_path: Path, params_dict) -> None:
+    from aclpipe.study.tuning import markdown
+
+    grid = [{"train.lr": [1e-3, 1e-2, 1e-1], "train.epochs": [1]}]
+    campaign = load_campaign(write_spec(tmp_path, params_dict(None),
+                                        tune={"seeds": [1], "grid": grid}))  # fmt: skip
+    n = 60
+    labels = np.arange(n) % 2
+    rng = np.random.default_rng(7)
+    pick = rng.random(n) < 0.8
+    runner_up = pick.copy()
+    runner_up[np.flatnonzero(pick)[:3]] = False  # 3 examples fewer right: 5 points behind
+    write_tune_run(campaign, "lr0.001_ep1", 1, pick, labels)
+    write_tune_run(campaign, "lr0.01_ep1", 1, runner_up, labels)
+    write_tune_run(campaign, "lr0.1_ep1", 1, np.zeros(n, dtype=bool), labels)
+    summary = summarise(campaign, "sst2")
+    found = summary["margin"]
+    assert summary["pick"] == "lr0.001_ep1" and found["runner_up"] == "lr0.01_ep1"
+    assert found["difference"] == pytest.approx(3 / n)
+    # a plain reference: resample the examples (the same draws), count who is right
+    draws = np.random.default_rng(0).integers(0, n, (2000, n))
+    diffs = np.sort([(pick[d].sum() - runner_up[d].sum()) / n for d in draws])
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    assert (found["low"], found["high"]) == pytest.approx((low, high))
+    assert found["p"] == pytest.approx(np.mean(diffs <= 1e-12))
+    # the runner-up is only ever worse or equal: the interval cannot go below 0
+    assert found["low"] >= 0 and found["verdict"] == ("better" if low > 1e-12 else
+                                                      "no detectable difference")  # fmt: skip
+    text = markdown(summary)
+    assert "The pick against the runner-up (lr0.01_ep1) on validation: +5.00 [" in text
+    assert "one tuning seed" in text
+
+
+def test_a_tie_on_validation_is_no_detectable_difference(tmp_path: Path, params_dict) -> None:
+    from aclpipe.study.tuning import markdown
+
+    grid = [{"train.lr": [1e-3, 1e-2], "train.epochs": [1]}]
+    campaign = load_campaign(write_spec(tmp_path, params_dict(None),
+                                        tune={"seeds": [1, 2], "grid": grid}))  # fmt: skip
+    labels = np.arange(40) % 2
+    for seed in (1, 2):
+        right = np.random.default_rng(seed).random(40) < 0.7
+        for config in ("lr0.001_ep1", "lr0.01_ep1"):
+            write_tune_run(campaign, config, seed, right, labels)
+    summary = summarise(campaign, "sst2")
+    found = summary["margin"]
+    assert summary["pick"] == "lr0.001_ep1"  # ties: the first listed
+    assert (found["difference"], found["low"], found["high"]) == (0.0, 0.0, 0.0)
+    assert found["seeds"] == [1, 2] and found["verdict"] == "no detectable difference"
+    text = markdown(summary)
+    assert "and tuning seeds" in text and "does not tell these two recipes apart" in text
+
+
+def test_a_grid_without_predictions_has_no_margin(tmp_path: Path, params_dict) -> None:
+    from aclpipe.study.tuning import markdown
+
+    grid = [{"train.lr": [1e-3, 1e-2], "train.epochs": [1]}]
+    campaign = load_campaign(write_spec(tmp_path, params_dict(None),
+                                        tune={"seeds": [1], "grid": grid}))  # fmt: skip
+    labels = np.arange(20) % 2
+    write_tune_run(campaign, "lr0.001_ep1", 1, labels == 0, labels, predictions=False)
+    write_tune_run(campaign, "lr0.01_ep1", 1, labels == 1, labels)
+    summary = summarise(campaign, "sst2")
+    assert summary["margin"] is None and "runner-up" not in markdown(summary)
+    only = load_campaign(write_spec(tmp_path, params_dict(None),
+                                    tune={"seeds": [1], "grid": [grid[0] | {"train.lr": [1e-3]}]}))  # fmt: skip
+    assert summarise(only, "sst2")["margin"] is None  # one configuration: no runner-up

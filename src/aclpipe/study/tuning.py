@@ -5,6 +5,11 @@ train split minus its validation split; the pick is the best mean final-exit sco
 validation split (ties: the configuration listed first). Dev scores are shown beside, never
 used to choose. ``reports/<task>/tuning.{md,json}`` say what was tried, what won, and whether
 ``campaign.task_settings.<task>.train`` (what every run uses) is the pick.
+
+How far the pick is ahead is tested like a campaign claim (``paired``): the pick against the
+runner-up, final exit, paired bootstrap over the validation examples (and the tuning seeds
+when there are several). A margin whose interval holds 0 means the grid does not tell the
+two recipes apart; the pick stands by the rule, and the report says so.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from aclpipe import atomic
+from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import METRICS, RUN_RECORD, TRAINING_LOG, VALIDATION
+from aclpipe.layout import METRICS, PREDICTIONS, RUN_RECORD, TRAINING_LOG, VALIDATION
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.measures import Measure
+from aclpipe.study.paired import paired_bootstrap
 
 TUNING_MD, TUNING_JSON = "tuning.md", "tuning.json"
 
@@ -60,6 +69,8 @@ def summarise(campaign: Campaign, task: str) -> dict:
         )
     done = [r for r in rows if len(r["seeds"]) == len(tuning.seeds)]
     pick = max(done, key=lambda r: r["validation"], default=None)  # max keeps the first of ties
+    rest = [r for r in done if r is not pick]
+    runner_up = max(rest, key=lambda r: r["validation"], default=None)
     used = campaign.task_settings.get(task, {}).get("train", {})
     return {
         "task": task,
@@ -71,7 +82,38 @@ def summarise(campaign: Campaign, task: str) -> dict:
         "pick_knobs": pick["knobs"] if pick else None,
         # the knobs every campaign run uses, against the pick's
         "in_use": {key: used.get(key.split(".", 1)[1]) for key in (pick["knobs"] if pick else {})},
+        "margin": margin(campaign, task, pick, runner_up) if runner_up else None,
     }
+
+
+def margin(campaign: Campaign, task: str, pick: dict, runner_up: dict) -> dict | None:
+    """The pick minus the runner-up on validation, final exit (points x100 in the markdown):
+    ``paired_bootstrap``'s result plus the runner-up's name. None where a run has no
+    per-example outputs (a grid from before predictions.npz was kept)."""
+    labels, outputs = None, {}
+    for row in (pick, runner_up):
+        per_seed = {}
+        for seed in row["seeds"]:
+            path = campaign.layout.tune_run(task, row["config"], seed) / PREDICTIONS
+            if not path.exists():
+                return None
+            with np.load(path) as data:
+                if f"{VALIDATION}_logits" not in data.files:
+                    return None
+                these = data[f"{VALIDATION}_labels"]
+                final = data[f"{VALIDATION}_logits"][-1].argmax(-1)
+            if labels is not None and not np.array_equal(labels, these):
+                raise UserError(
+                    f"{path} scored other validation examples than the grid's other runs: "
+                    f"rerun the grid: aclpipe campaign tune --task {task}"
+                )
+            labels = these
+            per_seed[seed] = Measure("final", final[None, :])
+        outputs[row["config"]] = per_seed
+    result = paired_bootstrap(
+        get_task(task), outputs[pick["config"]], outputs[runner_up["config"]], labels
+    )
+    return {"runner_up": runner_up["config"], **result}
 
 
 def _forward(folder: Path) -> str:
@@ -127,6 +169,24 @@ def markdown(summary: dict) -> str:
         lines.append(
             f"campaign.task_settings.{task}.train is not the pick: set it to `{{{want}}}` "
             "in campaign/params.yaml, and rerun the campaign's runs."
+        )
+    found = summary.get("margin")
+    if found and found.get("seeds"):
+        p = "< 0.0005" if found["p"] < 0.0005 else f"{found['p']:.4f}"
+        difference = f"{100 * found['difference']:+.2f} [{100 * found['low']:+.2f}, " + (
+            f"{100 * found['high']:+.2f}]"
+        )
+        lines.append(
+            f"The pick against the runner-up ({found['runner_up']}) on validation: {difference}"
+            f" points (95% interval from a paired bootstrap over validation examples"
+            + (" and tuning seeds" if len(found["seeds"]) > 1 else ", one tuning seed")
+            + f"; p {p}): {found['verdict']}."
+            + (
+                " The grid does not tell these two recipes apart; the pick stands by the rule "
+                "(best validation score)."
+                if found["verdict"] == "no detectable difference"
+                else ""
+            )
         )
     if not summary["complete"]:
         lines.append("Some configurations have not finished: the pick may change.")
