@@ -26,6 +26,7 @@ from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import METRICS, PREDICTIONS, RUN_RECORD, TRAINING_LOG, VALIDATION
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign_markdown import p_value
 from aclpipe.study.measures import Measure
 from aclpipe.study.paired import paired_bootstrap
 
@@ -172,7 +173,7 @@ def markdown(summary: dict) -> str:
         )
     found = summary.get("margin")
     if found and found.get("seeds"):
-        p = "< 0.0005" if found["p"] < 0.0005 else f"{found['p']:.4f}"
+        p = p_value(found)
         difference = f"{100 * found['difference']:+.2f} [{100 * found['low']:+.2f}, " + (
             f"{100 * found['high']:+.2f}]"
         )
