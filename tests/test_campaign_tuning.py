@@ -269,7 +269,7 @@ def test_tune_end_to_end_picks_on_validation(
 
 
 def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: np.ndarray,
-                   predictions: bool = True) -> None:  # fmt: skip
+                   predictions: bool = True, data: dict | None = None) -> None:  # fmt: skip
     """A finished grid run whose final exit is right on validation where ``right`` is."""
     folder = campaign.layout.tune_run("sst2", config, seed)
     (folder / "dvclive").mkdir(parents=True)
@@ -280,7 +280,7 @@ def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: 
     split = {"per_exit": [{"layer": 2, "score": score}]}
     (folder / "metrics.json").write_text(json.dumps({"splits": {"dev": split,
                                                                 "validation": split}}))  # fmt: skip
-    (folder / "run.json").write_text("{}")
+    (folder / "run.json").write_text(json.dumps({"data": data or {"max_length": 64}}))
     (folder / "dvclive" / "params.yaml").write_text("padding_free: true\n")
     if predictions:
         np.savez_compressed(folder / "predictions.npz", validation_logits=logits,
@@ -354,3 +354,24 @@ def test_a_grid_without_predictions_has_no_margin(tmp_path: Path, params_dict) -
     only = load_campaign(write_spec(tmp_path, params_dict(None),
                                     tune={"seeds": [1], "grid": [grid[0] | {"train.lr": [1e-3]}]}))  # fmt: skip
     assert summarise(only, "sst2")["margin"] is None  # one configuration: no runner-up
+
+
+@pytest.mark.parametrize("odd", ["order", "data"])
+def test_a_margin_over_other_examples_is_a_one_line_error(tmp_path: Path, params_dict,
+                                                          odd: str) -> None:  # fmt: skip
+    """The pick and the runner-up are compared example by example: a run scored on other
+    validation examples (another order) or prepared otherwise (another max_length) stops
+    the tuning report with one line naming it and the command that redoes the grid."""
+    grid = [{"train.lr": [1e-3, 1e-2], "train.epochs": [1]}]
+    path = write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid})
+    campaign = load_campaign(path)
+    labels = np.arange(30) % 2
+    write_tune_run(campaign, "lr0.001_ep1", 1, np.ones(30, dtype=bool), labels)
+    if odd == "order":
+        write_tune_run(campaign, "lr0.01_ep1", 1, labels == 1, labels[::-1].copy())
+        message = "scored other validation examples than"
+    else:
+        write_tune_run(campaign, "lr0.01_ep1", 1, labels == 1, labels, data={"max_length": 128})
+        message = r"was trained on other data than .* differs in max_length\)"
+    with pytest.raises(UserError, match=message + ".*aclpipe campaign tune --task sst2$"):
+        summarise(campaign, "sst2")

@@ -25,6 +25,7 @@ from aclpipe.study.measures import (
     weighted_scores,
 )
 from aclpipe.study.paired import (
+    check_same_examples,
     draw,
     exit_bands,
     paired_bootstrap,
@@ -311,3 +312,34 @@ def test_auc_over_different_cost_ranges_is_refused() -> None:
     b = Measure("auc", np.zeros((1, 4), int), np.full((1, 4), 2), 6, (2 / 6, 1.0))
     with pytest.raises(UserError, match="different cost ranges"):
         paired_bootstrap(TASKS["sst2"], {1: a}, {1: b}, np.zeros(4, int), resamples=R)
+
+
+def test_runs_on_other_examples_are_refused_in_one_line() -> None:
+    """The pairing check: the same labels in the same order, then the same data record."""
+    labels = np.array([0, 1, 1, 1])  # no palindrome: reversed is another order
+    data = {"max_length": 64, "splits": {"dev": {"examples": 4}}}
+    check_same_examples([], "dev", "fix")  # nothing to compare
+    check_same_examples([("a", labels, data), ("b", labels.copy(), dict(data))], "dev", "fix")
+    # records from before the data record existed: both empty, nothing to tell apart
+    check_same_examples([("a", labels, None), ("b", labels, {})], "dev", "fix")
+    cases = [
+        (labels[::-1], data, r"^b scored other dev examples than a: rerun b$"),  # order
+        (labels[:3], data, r"^b scored other dev examples than a: rerun b$"),  # count
+        (labels, {**data, "max_length": 128},
+         r"^b was trained on other data than a \(run.json 'data' differs in max_length\): rerun b$"),
+        (labels, {"seed": 1},
+         r"differs in max_length, seed, splits\)"),
+        (labels, None, r"differs in max_length, splits\)"),
+    ]  # fmt: skip
+    for odd_labels, odd_data, message in cases:
+        with pytest.raises(UserError, match=message):
+            check_same_examples(
+                [("a", labels, data), ("b", odd_labels, odd_data)], "dev", "rerun b"
+            )
+        # the odd one is named wherever it stands after the first
+        with pytest.raises(UserError, match="^c "):
+            check_same_examples(
+                [("a", labels, data), ("b", labels, data), ("c", odd_labels, odd_data)],
+                "dev",
+                "rerun b",
+            )

@@ -115,26 +115,14 @@ def load_runs(campaign: Campaign, task: str) -> dict[str, dict[int, dict]]:
 
 
 def check_same_data(runs: list[dict]) -> None:
-    """Every run of a task was trained, tuned and scored on the same prepared data: the same
-    dev labels in the same order, and the same data record (source, tokenizer, max_length,
-    subsample and split seed, each split's size, label counts, mean length and truncation),
-    so that a paired comparison pairs the same examples. One line naming the odd run if not."""
-    if not runs:
-        return
-    first = runs[0]
-    for run in runs[1:]:
-        if not np.array_equal(run["outputs"].dev_labels, first["outputs"].dev_labels):
-            raise UserError(
-                f"{run['folder']} scored other dev examples than {first['folder']}: rerun it "
-                "on the campaign's prepared data"
-            )
-        mine, theirs = run["record"].get("data") or {}, first["record"].get("data") or {}
-        if mine != theirs:
-            keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-            raise UserError(
-                f"{run['folder']} was trained on other data than {first['folder']} (run.json "
-                f"'data' differs in {', '.join(keys)}): rerun it on the campaign's prepared data"
-            )
+    """Every run of a task was trained and scored on the same prepared data (the same dev
+    labels in the same order and the same data record), so that a paired comparison pairs
+    the same examples: ``paired.check_same_examples``."""
+    paired.check_same_examples(
+        [(r["folder"], r["outputs"].dev_labels, r["record"].get("data")) for r in runs],
+        "dev",
+        "rerun it on the campaign's prepared data",
+    )
 
 
 def stack(record: dict) -> str:

@@ -70,6 +70,29 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def check_same_examples(
+    runs: Sequence[tuple[object, np.ndarray, Mapping | None]], split: str, fix: str
+) -> None:
+    """Runs compared example by example must have scored the same examples: each
+    ``(name, labels, data record)`` has the first run's ``split`` labels in the same order
+    and its data record (run.json ``data``: source, tokenizer, max_length, subsample and
+    split seed, each split's size, label counts, mean length and truncation). One line
+    naming the odd run, the first run and ``fix`` if not."""
+    if not runs:
+        return
+    first, first_labels, first_data = runs[0]
+    for name, labels, data in runs[1:]:
+        if not np.array_equal(labels, first_labels):
+            raise UserError(f"{name} scored other {split} examples than {first}: {fix}")
+        mine, theirs = data or {}, first_data or {}
+        if mine != theirs:
+            keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            raise UserError(
+                f"{name} was trained on other data than {first} (run.json 'data' differs in "
+                f"{', '.join(keys)}): {fix}"
+            )
+
+
 def paired_bootstrap(
     task: Task,
     a: Mapping[int, Measure],

@@ -28,7 +28,7 @@ from aclpipe.layout import METRICS, PREDICTIONS, RUN_RECORD, TRAINING_LOG, VALID
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import p_value
 from aclpipe.study.measures import Measure
-from aclpipe.study.paired import paired_bootstrap
+from aclpipe.study.paired import check_same_examples, paired_bootstrap
 
 TUNING_MD, TUNING_JSON = "tuning.md", "tuning.json"
 
@@ -90,29 +90,27 @@ def summarise(campaign: Campaign, task: str) -> dict:
 def margin(campaign: Campaign, task: str, pick: dict, runner_up: dict) -> dict | None:
     """The pick minus the runner-up on validation, final exit (points x100 in the markdown):
     ``paired_bootstrap``'s result plus the runner-up's name. None where a run has no
-    per-example outputs (a grid from before predictions.npz was kept)."""
-    labels, outputs = None, {}
+    per-example outputs (a grid from before predictions.npz was kept). The runs must have
+    scored the same validation examples (``check_same_examples``)."""
+    seen, outputs = [], {}
     for row in (pick, runner_up):
         per_seed = {}
         for seed in row["seeds"]:
-            path = campaign.layout.tune_run(task, row["config"], seed) / PREDICTIONS
-            if not path.exists():
+            folder = campaign.layout.tune_run(task, row["config"], seed)
+            if not (folder / PREDICTIONS).exists():
                 return None
-            with np.load(path) as data:
+            with np.load(folder / PREDICTIONS) as data:
                 if f"{VALIDATION}_logits" not in data.files:
                     return None
-                these = data[f"{VALIDATION}_labels"]
+                labels = data[f"{VALIDATION}_labels"]
                 final = data[f"{VALIDATION}_logits"][-1].argmax(-1)
-            if labels is not None and not np.array_equal(labels, these):
-                raise UserError(
-                    f"{path} scored other validation examples than the grid's other runs: "
-                    f"rerun the grid: aclpipe campaign tune --task {task}"
-                )
-            labels = these
+            record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
+            seen.append((folder, labels, record.get("data")))
             per_seed[seed] = Measure("final", final[None, :])
         outputs[row["config"]] = per_seed
+    check_same_examples(seen, VALIDATION, f"rerun the grid: aclpipe campaign tune --task {task}")
     result = paired_bootstrap(
-        get_task(task), outputs[pick["config"]], outputs[runner_up["config"]], labels
+        get_task(task), outputs[pick["config"]], outputs[runner_up["config"]], seen[0][1]
     )
     return {"runner_up": runner_up["config"], **result}
 
