@@ -185,7 +185,9 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "12 of 15 planned runs done" in overview and "[sst2](sst2/results.md)" in overview
     assert "- ACL beats CE on the final exit: acl - ce = +" in overview
     assert "## Where the seeds' claims do not hold here" in overview
-    assert "- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no" in overview
+    # each failing verdict with its interval and the seeds it rests on (acl-cl has seeds 1-2)
+    assert ("- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no detectable "
+            "difference, +0.0 [+0.0, +0.0] (2 seeds only).\n") in overview  # fmt: skip
     assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
     first = (reports / "sst2" / "results.json").read_text()
     write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
@@ -412,3 +414,28 @@ def test_runs_scored_on_other_dev_examples_are_a_one_line_error(tmp_path: Path,
     np.savez_compressed(odd / "predictions.npz", **arrays)
     with pytest.raises(UserError, match="scored other dev examples than"):
         summarise_task(load_campaign(path), "sst2")
+
+
+def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
+    """A failing verdict is shown with its interval and how many seeds it rests on; a claim
+    that holds everywhere, a control (not a seed claim) and an untested claim are left out."""
+    from aclpipe.study.campaign_overview import not_holding
+
+    def claim(question, verdict, seeds, seed_claim=True, tested=True):
+        c = {"question": question, "verdict": verdict, "seeds": seeds, "seed_claim": seed_claim}
+        return c | ({"difference": -0.012, "low": -0.023, "high": -0.001} if tested else {})
+
+    summaries = {
+        "mrpc": {"claims": [claim("A beats B", "better", [1, 2, 3]),
+                            claim("C beats D", "no detectable difference", [1, 2, 3]),
+                            claim("control", "worse", [1, 2, 3], seed_claim=False),
+                            claim("E beats F", "not run yet", [], tested=False)]},
+        "sst2": {"claims": [claim("A beats B", "better", [1]),
+                            claim("C beats D", "worse", [1]),
+                            claim("control", "worse", [1], seed_claim=False),
+                            claim("E beats F", "not run yet", [], tested=False)]},
+    }  # fmt: skip
+    assert not_holding(summaries) == [
+        "- Claimed: C beats D. Here: mrpc: no detectable difference, -1.2 [-2.3, -0.1] "
+        "(seeds 1, 2, 3); sst2: worse, -1.2 [-2.3, -0.1] (1 seed: examples only)."
+    ]

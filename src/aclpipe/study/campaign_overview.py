@@ -7,22 +7,41 @@ import collections
 
 from aclpipe.layout import RESULTS_COST_PNG
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE, REGENERATE, claim_line, runs_text, table
+from aclpipe.study.campaign_markdown import (
+    FEW_SEEDS_NOTE,
+    REGENERATE,
+    bound,
+    claim_line,
+    few_seeds,
+    runs_text,
+    seeds_text,
+    signed,
+    table,
+)
+
+
+def _verdict(claim: dict) -> str:
+    """``worse, -1.2 [-2.3, -0.1] (1 seed: examples only)``: a verdict is read with its
+    interval and with how many seeds it rests on."""
+    seeds = few_seeds(claim["seeds"]) or f"seeds {seeds_text(claim['seeds'])}"
+    return (
+        f"{claim['verdict']}, {signed(claim['difference'])} "
+        f"[{bound(claim['low'])}, {bound(claim['high'])}] ({seeds})"
+    )
 
 
 def not_holding(summaries: dict[str, dict]) -> list[str]:
-    """One plain sentence per seed claim that is not "better" on some task."""
+    """One plain sentence per seed claim that is not "better" on some task: per task its
+    verdict, interval (points) and seeds."""
     lines = []
     questions = [c["question"] for c in next(iter(summaries.values()))["claims"]]
     for i, question in enumerate(questions):
         verdicts = {t: s["claims"][i] for t, s in summaries.items() if s["claims"][i]["seed_claim"]}
         failing = {
-            t: c["verdict"]
-            for t, c in verdicts.items()
-            if "difference" in c and c["verdict"] != "better"
+            t: c for t, c in verdicts.items() if "difference" in c and c["verdict"] != "better"
         }
         if failing:
-            where = "; ".join(f"{t}: {v}" for t, v in failing.items())
+            where = "; ".join(f"{t}: {_verdict(c)}" for t, c in failing.items())
             lines.append(f"- Claimed: {question}. Here: {where}.")
     return lines
 
