@@ -81,14 +81,19 @@ def seeds_text(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def interval(claim: dict) -> str:
+    """``-1.2 [-2.3, -0.1]``: a claim's difference and 95% interval, in points."""
+    return f"{signed(claim['difference'])} [{bound(claim['low'])}, {bound(claim['high'])}]"
+
+
 def claim_line(claim: dict) -> str:
     """One line: the question, A - B with its interval, p, the verdict, the seeds."""
     if "difference" not in claim:
         return f"- {claim['question']}: {claim['verdict']}."
     one = f"; {few_seeds(claim['seeds'])}" if few_seeds(claim["seeds"]) else ""
     return (
-        f"- {claim['question']}: {claim['a']} - {claim['b']} = {signed(claim['difference'])} "
-        f"[{bound(claim['low'])}, {bound(claim['high'])}] points, p {p_value(claim)}: "
+        f"- {claim['question']}: {claim['a']} - {claim['b']} = {interval(claim)} points, "
+        f"p {p_value(claim)}: "
         f"**{claim['verdict']}** (seeds {seeds_text(claim['seeds'])}{one})."
     )
 
@@ -173,7 +178,7 @@ def claimstable(summary: dict) -> str:
         one = f" ({few_seeds(claim['seeds'])})" if few_seeds(claim["seeds"]) else ""
         rows.append([
             claim["question"], MEASURE_NAMES[claim["measure"]],
-            f"{signed(claim['difference'])} [{bound(claim['low'])}, {bound(claim['high'])}]",
+            interval(claim),
             p_value(claim), f"**{claim['verdict']}**", seeds_text(claim["seeds"]) + one,
         ])  # fmt: skip
     return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",

@@ -10,12 +10,11 @@ from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
     FEW_SEEDS_NOTE,
     REGENERATE,
-    bound,
     claim_line,
     few_seeds,
+    interval,
     runs_text,
     seeds_text,
-    signed,
     table,
 )
 
@@ -24,10 +23,7 @@ def _verdict(claim: dict) -> str:
     """``worse, -1.2 [-2.3, -0.1] (1 seed: examples only)``: a verdict is read with its
     interval and with how many seeds it rests on."""
     seeds = few_seeds(claim["seeds"]) or f"seeds {seeds_text(claim['seeds'])}"
-    return (
-        f"{claim['verdict']}, {signed(claim['difference'])} "
-        f"[{bound(claim['low'])}, {bound(claim['high'])}] ({seeds})"
-    )
+    return f"{claim['verdict']}, {interval(claim)} ({seeds})"
 
 
 def not_holding(summaries: dict[str, dict]) -> list[str]:
