@@ -1,7 +1,8 @@
 """The campaign report's figures (matplotlib Agg, written atomically): per task the score of
 each exit with its 95% band and the gradient-angle histograms; across tasks the dev score
 against expected time of the validation-frontier settings. One colour per run, the same in
-every figure; the majority-class score drawn dotted. The claims' runs and the ablations get
+every figure; the majority-class score drawn dotted (named instead, where it lies far below
+every score: ``tradeoff_plots._majority_line``). The claims' runs and the ablations get
 panels of their own, each ablation beside the run it changes (:func:`panels`): a dozen
 overlapping bands in one panel could not be read at a glance."""
 
@@ -82,12 +83,13 @@ def draw_exit_bands(campaign: Campaign, summary: dict, path: Path) -> None:
                 x = e["exits"][0] + 0.12 * (singles.index(run) + 1)
                 ax.errorbar([x], means, yerr=[[means[0] - low[0]], [high[0] - means[0]]],
                             color=colour, marker="D", markersize=5, capsize=3, label=run)  # fmt: skip
-        _majority_line(ax, (summary.get("majority") or {}).get("dev"))
         ax.set_xticks(range(1, num_layers + 1))
         ax.set_xlabel("exit layer")
         ax.set_ylabel("dev score x100 (mean, 95% band)")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
+    for ax in axes:  # after every panel's data: the panels share their y-axis
+        _majority_line(ax, (summary.get("majority") or {}).get("dev"))
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{summary['task']}: score of each exit ({_seeds(summary)})", fontsize=10)
     _save(fig, path)
