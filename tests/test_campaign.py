@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from aclpipe.cli import app, parse_list
 from aclpipe.errors import UserError
 from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_markdown import campaign_reports
 from aclpipe.study.campaign_report import write_reports
 from aclpipe.study.campaign_runner import _run_logged, pending, run_pending
 
@@ -132,7 +133,7 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     assert not (tmp_path / "campaign/models/sst2/acl-nograd-s2").exists()  # weights dropped
     result = runner.invoke(app, ["campaign", "report", *flag])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "reports/sst2/results.json").read_text())
+    summary = json.loads((tmp_path / "reports/campaign/sst2/results.json").read_text())
     finals = [
         json.loads((tmp_path / f"campaign/runs/sst2/joint-s{s}/metrics.json").read_text())
         for s in (1, 2)
@@ -153,7 +154,7 @@ def committed_tasks() -> list[str]:
 
 @pytest.mark.skipif(not committed_tasks(), reason="no campaign runs committed yet")
 def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
-    """reports/<task>/results.{json,md} and reports/README.md are what the committed run
+    """reports/campaign/<task>/results.{json,md} and reports/README.md are what the committed run
     folders give (the check behind `dvc repro -s campaign/dvc.yaml:report`)."""
     cwd = os.getcwd()
     os.chdir(REPO)  # the campaign's paths are relative to the repository root
@@ -163,9 +164,10 @@ def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
         os.chdir(cwd)
     for task in committed_tasks():
         for name in ("results.json", "results.md"):
-            rebuilt = (tmp_path / task / name).read_text(encoding="utf-8")
-            assert rebuilt == (REPO / "reports" / task / name).read_text(encoding="utf-8"), (
-                f"reports/{task}/{name} is stale: run `aclpipe campaign report`"
+            rebuilt = (campaign_reports(tmp_path, task) / name).read_text(encoding="utf-8")
+            committed = campaign_reports(REPO / "reports", task) / name
+            assert rebuilt == committed.read_text(encoding="utf-8"), (
+                f"{committed.relative_to(REPO)} is stale: run `aclpipe campaign report`"
             )
     overview = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert overview == (REPO / "reports" / "README.md").read_text(encoding="utf-8")

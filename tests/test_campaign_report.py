@@ -168,7 +168,7 @@ def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
 def test_report_files(built: Path, tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     write_reports(load_campaign(built), reports)
-    text = (reports / "sst2" / "results.md").read_text()
+    text = (reports / "campaign" / "sst2" / "results.md").read_text()
     assert "(12 of 15 runs done)" in text
     assert "Not run yet: deebert (seeds 2, 3); acl-cl (seeds 3)" in text
     assert "Finished but left out of the tables until every run of its set has that seed" in text
@@ -179,19 +179,23 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "cpu, torch 2.0, transformers 4.0, Python 3.11 (11 runs)" in text
     assert "| budget 0 points | budget 1 point |" in text
     for name in ("results.json", "results_exits.png"):
-        assert (reports / "sst2" / name).stat().st_size > 0
-    assert (reports / RESULTS_COST_PNG).stat().st_size > 0
+        assert (reports / "campaign" / "sst2" / name).stat().st_size > 0
+    assert (reports / "campaign" / RESULTS_COST_PNG).stat().st_size > 0
+    # nothing in reports/<task>/: the default pipeline's tradeoff stage depends on that folder
+    assert sorted(p.name for p in reports.iterdir()) == ["README.md", "campaign"]
     overview = (reports / "README.md").read_text()
-    assert "12 of 15 planned runs done" in overview and "[sst2](sst2/results.md)" in overview
+    assert "12 of 15 planned runs done" in overview
+    assert "[sst2](campaign/sst2/results.md)" in overview
+    assert "every task: campaign/results_score_vs_time.png" in overview
     assert "- ACL beats CE on the final exit: acl - ce = +" in overview
     assert "## Where the seeds' claims do not hold here" in overview
     # each failing verdict with its interval and the seeds it rests on (acl-cl has seeds 1-2)
     assert ("- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no detectable "
             "difference, +0.0 [+0.0, +0.0] (2 seeds only).\n") in overview  # fmt: skip
     assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
-    first = (reports / "sst2" / "results.json").read_text()
+    first = (reports / "campaign" / "sst2" / "results.json").read_text()
     write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
-    assert (reports / "sst2" / "results.json").read_text() == first
+    assert (reports / "campaign" / "sst2" / "results.json").read_text() == first
 
 
 def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None:
@@ -215,7 +219,7 @@ def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None
     assert all(c["own_reference"] == 1 for c in summary["runs"]["deebert"]["budgets"].values())
     assert all(c["own_reference"] == 0 for c in summary["runs"]["joint"]["budgets"].values())
     write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
     assert "(seeds 1, 3; the ablations' rows over each one's own seeds" in text
     overview = (tmp_path / "reports" / "README.md").read_text()
     assert (
@@ -252,7 +256,7 @@ def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict
     budgets = summary["runs"]["joint"]["budgets"]
     assert all(cell["below_majority"] and cell["seeds"] == 2 for cell in budgets.values())
     write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
     assert text.count("†") >= 5 and "a constant guess would pass it" in text
     assert "dev 99.0, validation 99.0" in text
 
@@ -269,7 +273,7 @@ def test_a_pick_no_better_than_the_majority_class_is_marked(tmp_path: Path, para
         assert cell["pick_below_majority"] and not cell["floor_below_majority"]
         assert cell["below_majority"]
     write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
     assert "1.00x; " in text and "met 0/1; no pick 1/1 †" in text
 
 
@@ -288,7 +292,7 @@ def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, para
     assert summary["runs"]["deebert"]["seeds"] == [1]
     assert summary["left_out"] == {}
     write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "sst2" / "results.md").read_text()
+    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
     assert "(seeds 1, 2; the ablations' rows over seeds 1, those every ablation" in text
 
 

@@ -245,7 +245,7 @@ def test_tune_end_to_end_picks_on_validation(
         assert (folder / "predictions.npz").exists()
     assert summary["pick"] == max(scores, key=scores.get)  # first of ties, like max
     assert not applied(summary)  # task_settings do not hold it yet
-    text = (tmp_path / "reports/sst2/tuning.md").read_text()
+    text = (tmp_path / "reports/campaign/sst2/tuning.md").read_text()
     assert "(pick)" in text and "not the pick" in text
     assert [row["forward"] for row in summary["rows"]] == ["padding-free", "padding-free"]
     assert "| padding-free |" in text  # the tiny BERT trains padding-free (auto)
@@ -265,7 +265,7 @@ def test_tune_end_to_end_picks_on_validation(
     assert applied(summarise(load_campaign(path), "sst2"))
     result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output  # nothing is redone
-    assert "uses the pick" in (tmp_path / "reports/sst2/tuning.md").read_text()
+    assert "uses the pick" in (tmp_path / "reports/campaign/sst2/tuning.md").read_text()
 
 
 def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: np.ndarray,

@@ -21,7 +21,7 @@ def _axes(*spans, share=False):
 
 
 def _majority_drawn(ax, value):
-    return [l for l in ax.get_lines() if list(l.get_ydata()) == [value, value]]
+    return [line for line in ax.get_lines() if list(line.get_ydata()) == [value, value]]
 
 
 def _notes(ax):

@@ -471,7 +471,7 @@ def sts_eval(
 
 campaign_app = typer.Typer(
     help="The seeds campaign on real GLUE (campaign/params.yaml, run by campaign/dvc.yaml): "
-    "every method over several seeds, aggregated into reports/<task>/results.md.",
+    "every method over several seeds, aggregated into reports/campaign/<task>/results.md.",
     no_args_is_help=True,
 )
 app.add_typer(campaign_app, name="campaign")
@@ -567,28 +567,30 @@ def campaign_tune(
         str | None, typer.Option("--config", help="One configuration of the grid (default: all).")
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
-    workers: Annotated[
-        int, typer.Option("--workers", "-w", help="Configurations at a time.")
-    ] = 1,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
     threads: ThreadsOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
     reports: Annotated[
-        Path, typer.Option("--reports", help="Where <task>/tuning.md goes.")
+        Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
     ] = REPORTS,
 ) -> None:
     """Choose the base recipe: train campaign.tune.method with every configuration of
     campaign.tune.grid not yet run, score them on the validation split, and write
-    reports/<task>/tuning.md with the pick (the best validation score; dev is not used)."""
+    reports/campaign/<task>/tuning.md with the pick (the best validation score; dev is not
+    used)."""
     from aclpipe.study.campaign import load_campaign, tune_one
+    from aclpipe.study.campaign_markdown import campaign_reports
     from aclpipe.study.campaign_runner import TUNE, commit_command, run_pending
-    from aclpipe.study.tuning import write_tuning
+    from aclpipe.study.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
     task_list = parse_list(task, "--task")
     if config is not None:
         if len(task_list or []) != 1 or seed is None:
             raise UserError("--config needs one --task and a --seed")
-        console.print(f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False)
+        console.print(
+            f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False
+        )
         failed: list[str] = []
     else:
         done, failed = run_pending(spec, workers, console, task_list, kind=TUNE, threads=threads)
@@ -596,7 +598,10 @@ def campaign_tune(
             console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
     for name, summary in write_tuning(spec, reports).items():
         pick = summary["pick"] or "none yet"
-        console.print(f"{name}: pick {pick}; wrote {reports / name / 'tuning.md'}", highlight=False)
+        console.print(
+            f"{name}: pick {pick}; wrote {campaign_reports(reports, name) / TUNING_MD}",
+            highlight=False,
+        )
     if failed:
         raise UserError(
             f"{len(failed)} configurations failed (first: {failed[0]}); see "
@@ -609,18 +614,19 @@ def campaign_tune(
 def campaign_report(
     campaign: CampaignOpt = Path("campaign/params.yaml"),
     reports: Annotated[
-        Path, typer.Option("--reports", help="Where results.md and README.md go.")
+        Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
     ] = REPORTS,
 ) -> None:
-    """Aggregate the finished runs into reports/<task>/results.{md,json}, plots, and
+    """Aggregate the finished runs into reports/campaign/<task>/results.{md,json}, plots, and
     reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""
     from aclpipe.study.campaign import load_campaign
+    from aclpipe.study.campaign_markdown import campaign_reports
     from aclpipe.study.campaign_report import write_reports
-    from aclpipe.study.tuning import write_tuning
+    from aclpipe.study.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
     for name in write_tuning(spec, reports):
-        console.print(f"wrote {reports / name / 'tuning.md'}", highlight=False)
+        console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
     summaries = write_reports(spec, reports)
     if not summaries:
         raise UserError(
@@ -629,7 +635,8 @@ def campaign_report(
         )
     for task, summary in summaries.items():
         console.print(
-            f"wrote {reports / task / RESULTS_MD} ({summary['finished']} runs)", highlight=False
+            f"wrote {campaign_reports(reports, task) / RESULTS_MD} ({summary['finished']} runs)",
+            highlight=False,
         )
     console.print(f"wrote {reports / REPORTS_README}", highlight=False)
 

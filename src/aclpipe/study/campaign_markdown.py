@@ -1,12 +1,29 @@
-"""The campaign report's markdown: ``reports/<task>/results.md`` and ``reports/README.md``,
-rendered from ``campaign_report.summarise_task``'s summaries (no statistics computed here)."""
+"""The campaign report's markdown: ``reports/campaign/<task>/results.md`` and
+``reports/README.md``, rendered from ``campaign_report.summarise_task``'s summaries (no
+statistics computed here); and where the campaign's report files go (``campaign_reports``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
+
+# The campaign's per-task results, tuning reports and figures sit in reports/campaign/, apart
+# from the default pipeline's reports/<task>/ (whose tradeoff stage depends on that whole
+# folder: a campaign report rebuilt inside it made that stage stale at every recorded run).
+# The file names are layout's RESULTS_* (its comments still say reports/<task>/: layout.py
+# is a dependency of every stage, so its comments change with the next real change there).
+CAMPAIGN_REPORTS = "campaign"
+
+
+def campaign_reports(reports: Path, task: str | None = None) -> Path:
+    """``<reports>/campaign[/<task>]``: the seeds campaign's report folder (of one task)."""
+    out = reports / CAMPAIGN_REPORTS
+    return out if task is None else out / task
+
 
 REGENERATE = (
     "`dvc repro campaign/dvc.yaml` (trains only the runs not yet recorded in "

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import collections
 
-from aclpipe.layout import RESULTS_COST_PNG
+from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
+    CAMPAIGN_REPORTS,
     FEW_SEEDS_NOTE,
     REGENERATE,
     claim_line,
@@ -56,8 +57,8 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         f"Dev scores x100. Regenerate: {REGENERATE}.",
         "Per task, the claims with their tables, per-exit scores with bands, budgets, gradient "
         "angles and every run: "
-        + ", ".join(f"[{t}]({t}/results.md)" for t in summaries)
-        + f". Score against expected time, every task: {RESULTS_COST_PNG}.",
+        + ", ".join(f"[{t}]({CAMPAIGN_REPORTS}/{t}/{RESULTS_MD})" for t in summaries)
+        + f". Score against expected time, every task: {CAMPAIGN_REPORTS}/{RESULTS_COST_PNG}.",
         "## What ran where",
         table(
             ["stack (device, libraries)", "runs"],

@@ -26,7 +26,7 @@ from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import METRICS, PREDICTIONS, RUN_RECORD, TRAINING_LOG, VALIDATION
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_markdown import p_value
+from aclpipe.study.campaign_markdown import campaign_reports, p_value
 from aclpipe.study.measures import Measure
 from aclpipe.study.paired import check_same_examples, paired_bootstrap
 
@@ -197,7 +197,7 @@ def _score(value: float | None) -> str:
 
 
 def write_tuning(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
-    """``reports/<task>/tuning.{md,json}`` for every task with tuning runs."""
+    """``reports/campaign/<task>/tuning.{md,json}`` for every task with tuning runs."""
     out = {}
     if campaign.tuning is None:
         return out
@@ -206,6 +206,7 @@ def write_tuning(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
             continue
         summary = summarise(campaign, task)
         out[task] = summary
-        atomic.write_text(reports_dir / task / TUNING_JSON, json.dumps(summary, indent=2) + "\n")
-        atomic.write_text(reports_dir / task / TUNING_MD, markdown(summary))
+        folder = campaign_reports(reports_dir, task)
+        atomic.write_text(folder / TUNING_JSON, json.dumps(summary, indent=2) + "\n")
+        atomic.write_text(folder / TUNING_MD, markdown(summary))
     return out
