@@ -391,6 +391,12 @@ def test_a_claim_line_keeps_p_apart_from_the_interval_edge() -> None:
     assert "[+0.0083, +3.4]" in claim_line({**claim, "low": 0.000083, "verdict": "better"})
     assert "[-0.0037, +3.4]" in claim_line({**claim, "low": -0.000037})
     assert "1 seed: examples only" in claim_line({**claim, "seeds": [1]})
+    # runs alike on every example: every resample gives 0, and p says so rather than 1.0000
+    alike = {**claim, "difference": 0.0, "low": 0.0, "high": 0.0, "p": 1.0}
+    assert ("= +0.0 [+0.0, +0.0] points, p 1 (every resample gives 0: the two score alike on "
+            "every example): **no detectable difference**") in claim_line(alike)  # fmt: skip
+    # a difference of 0 whose interval is not 0 is an ordinary p
+    assert "p 0.5125:" in claim_line({**alike, "low": -0.004, "high": 0.004, "p": 0.5125})
 
 
 def test_runs_scored_on_other_data_are_a_one_line_error(tmp_path: Path, params_dict) -> None:

@@ -10,6 +10,7 @@ from aclpipe.data.tasks import get_task
 from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.measures import ROUNDING
 
 # The campaign's per-task results, tuning reports and figures sit in reports/campaign/, apart
 # from the default pipeline's reports/<task>/ (whose tradeoff stage depends on that whole
@@ -71,8 +72,16 @@ def figure(f: dict | None) -> str:
     return f"{pts(f['mean'])}{sd}{interval}"
 
 
+ALIKE = "every resample gives 0: the two score alike on every example"
+
+
 def p_value(claim: dict) -> str:
-    """Four decimals: 0.0255 must not read as 0.025, the two-sided interval's edge."""
+    """Four decimals: 0.0255 must not read as 0.025, the two-sided interval's edge. Where
+    the difference and both ends of its interval are 0 (SST-2's acl and acl-nograd, which
+    ACL-Grad never told apart), a bare "1.0000" would read as strong evidence against A; it
+    says why instead."""
+    if all(abs(claim[k]) <= ROUNDING for k in ("difference", "low", "high")):
+        return f"1 ({ALIKE})"
     if claim["p"] == 0:
         return f"< {1 / claim['resamples']:.2g}"
     return f"{claim['p']:.4f}"
