@@ -299,7 +299,6 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
     """Write every task's results and plots, the campaign-wide figure and the overview;
     returns the summaries."""
     from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots
-    from aclpipe.study.campaign_markdown import campaign_reports
 
     summaries = {}
     for task in campaign.tasks:
@@ -307,14 +306,14 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
         if not summary["runs"]:
             continue
         summaries[task] = summary
-        out = campaign_reports(reports_dir, task)
+        out = campaign_markdown.campaign_reports(reports_dir, task)
         atomic.write_text(out / RESULTS_JSON, json.dumps(summary, indent=2) + "\n")
         atomic.write_text(out / RESULTS_MD, campaign_markdown.task_markdown(campaign, summary))
         campaign_plots.draw_exit_bands(campaign, summary, out / RESULTS_EXITS_PNG)
         if any("angles" in e for e in summary["runs"].values()):
             campaign_plots.draw_angle_histograms(summary, out / RESULTS_ANGLES_PNG)
     if summaries:
-        cost_png = campaign_reports(reports_dir) / RESULTS_COST_PNG
+        cost_png = campaign_markdown.campaign_reports(reports_dir) / RESULTS_COST_PNG
         campaign_plots.draw_score_vs_time(campaign, summaries, cost_png)
         overview = campaign_overview.overview_markdown(campaign, summaries)
         atomic.write_text(reports_dir / REPORTS_README, overview)
