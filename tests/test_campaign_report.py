@@ -163,6 +163,18 @@ def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
     assert claims["ACL beats CE+SCL on the final exit"]["verdict"] == "not in this campaign"
     floor = summary["noise_floor"]
     assert floor["seeds"] == [1]  # deebert has seed 1 only
+    # The family: the 7 tested claims (acl-ce; acl-cl against deebert and joint on three
+    # measures each), Holm over their two-sided p; the noise floor and untested claims are out.
+    tested = [c for c in summary["claims"] if "difference" in c]
+    assert summary["family"] == len(tested) == 7
+    assert all("holm_p" in c for c in tested) and "holm_p" not in floor
+    assert "holm_p" not in claims["ACL beats CE+SCL on the final exit"]
+    from aclpipe.study.paired import holm
+
+    assert [c["holm_p"] for c in tested] == holm([c["p_two_sided"] for c in tested])
+    assert acl_ce["p_two_sided"] == pytest.approx(2 / 201)  # no resample at or below 0
+    assert acl_ce["holm_p"] == pytest.approx(7 * 2 / 201)  # the smallest p: times the family
+    assert same["holm_p"] == 1.0
 
 
 def test_report_files(built: Path, tmp_path: Path) -> None:
@@ -193,6 +205,16 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert ("- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no detectable "
             "difference, +0.0 [+0.0, +0.0] (2 seeds only).\n") in overview  # fmt: skip
     assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
+    # the family-wise view, at 2,000 resamples: 7 x 2 / 2001 = 0.0070 < 0.05
+    family = ("Family-wise (Holm over the 7 claims tested here, two-sided bootstrap p, 5% for "
+              "the family): 1 of the 1 better/worse verdicts hold: acl - ce final exit "
+              "(adjusted p 0.0070).")  # fmt: skip
+    assert family in text and family in overview
+    assert "| p | Holm p (family) | verdict |" in text
+    assert "| 0.0070 | **better** |" in line
+    floor_row = next(r for r in text.splitlines() if r.startswith("| Noise floor"))
+    assert "| 0.9960 | - | **worse** |" in floor_row  # not in the family
+    assert "but not when each task's claims are taken as one family" not in overview
     first = (reports / "campaign" / "sst2" / "results.json").read_text()
     write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
     assert (reports / "campaign" / "sst2" / "results.json").read_text() == first
@@ -244,7 +266,20 @@ def test_the_overview_says_how_many_claims_were_tested(built: Path, tmp_path: Pa
         if claim in tested:
             claim["verdict"] = "better"
     text = overview_markdown(load_campaign(built), summaries)
-    assert f"Every seed claim tested so far ({len(tested)} task-claim pairs) holds" in text
+    assert (
+        f"Every seed claim tested so far ({len(tested)} task-claim pairs) holds by the per-claim rule"
+        in text
+    )
+    # ... but only by that rule: their Holm p (computed before the verdicts were forced) say
+    # which would not hold family-wise, and the page lists them
+    lone = [f"sst2: {c['a']} - {c['b']}" for c in tested if c["holm_p"] >= 0.05]
+    assert lone[0] == "sst2: acl - ce"  # 7 x 2 / 201 = 0.0697 at 200 resamples
+    assert (
+        "but not when each task's claims are taken as one family (Holm, family-wise 5%): "
+        "sst2: acl - ce final exit (adjusted p 0.0697); sst2: acl-cl - deebert shallow exits"
+    ) in text
+    where = text[text.index("## Where the seeds") :]
+    assert where.count("(adjusted p ") == len(lone)
 
 
 def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:
@@ -449,3 +484,34 @@ def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
         "- Claimed: C beats D. Here: mrpc: no detectable difference, -1.2 [-2.3, -0.1] "
         "(seeds 1, 2, 3); sst2: worse, -1.2 [-2.3, -0.1] (1 seed: examples only)."
     ]
+
+
+def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:
+    """Which better/worse verdicts survive Holm, in results.md and the overview; "better" seed
+    claims that do not are listed apart in the overview; controls are not seed claims."""
+    from aclpipe.study.campaign_markdown import family_line
+    from aclpipe.study.campaign_overview import not_family_wise
+
+    def claim(a, verdict, holm_p, seed_claim=True):
+        return {"a": a, "b": "ce", "measure": "final", "verdict": verdict, "holm_p": holm_p,
+                "seed_claim": seed_claim, "difference": 0.01}  # fmt: skip
+
+    summary = {"family": 3, "claims": [claim("acl", "better", 0.012),
+                                       claim("scl", "worse", 0.05),
+                                       claim("joint", "better", 0.3, seed_claim=False),
+                                       {"a": "x", "b": "y", "measure": "auc",
+                                        "verdict": "not run yet", "seed_claim": True}]}  # fmt: skip
+    assert family_line(summary) == (
+        "Family-wise (Holm over the 3 claims tested here, two-sided bootstrap p, 5% for the "
+        "family): 1 of the 3 better/worse verdicts hold: acl - ce final exit (adjusted p "
+        "0.0120); not: scl - ce final exit (adjusted p 0.0500), joint - ce final exit "
+        "(adjusted p 0.3000)."
+    )
+    assert not_family_wise({"mrpc": summary}) == []  # scl is worse, joint a control
+    summary["claims"][0]["holm_p"] = 0.07
+    assert not_family_wise({"mrpc": summary}) == ["mrpc: acl - ce final exit (adjusted p 0.0700)"]
+    quiet = {"family": 2, "claims": [claim("acl", "no detectable difference", 0.4)]}
+    assert family_line(quiet).endswith(
+        "no verdict is better or worse, so none is there to correct."
+    )
+    assert family_line({"family": 0, "claims": []}) == "Family-wise: no claim tested yet."

@@ -28,9 +28,11 @@ from aclpipe.study.paired import (
     check_same_examples,
     draw,
     exit_bands,
+    holm,
     paired_bootstrap,
     resampled_differences,
     seed_mean_interval,
+    two_sided_p,
 )
 
 R = 200  # resamples in tests: enough to exercise the code, fast
@@ -343,3 +345,66 @@ def test_runs_on_other_examples_are_refused_in_one_line() -> None:
                 "dev",
                 "rerun b",
             )
+
+
+# --- the family-wise view: two-sided p and Holm ------------------------------------------------
+
+
+def test_two_sided_p_by_hand() -> None:
+    """Twice the smaller tail, each (k + 1) / (R + 1); zeros count in both tails."""
+    assert two_sided_p(np.full(9, 0.5)) == pytest.approx(2 * 1 / 10)  # no resample at or below 0
+    assert two_sided_p(np.full(9, -0.5)) == pytest.approx(2 * 1 / 10)
+    mixed = np.array([-1.0, -1.0, 1, 1, 1, 1, 1, 1, 1])
+    assert two_sided_p(mixed) == pytest.approx(2 * 3 / 10)
+    assert two_sided_p(-mixed) == two_sided_p(mixed)  # symmetric in A and B
+    assert two_sided_p(np.zeros(9)) == 1.0  # identical runs
+    assert two_sided_p(np.array([-1.0, 0.0, 1.0, 2.0])) == 1.0  # capped: 2 * 3 / 5
+
+
+def test_two_sided_p_from_the_bootstrap() -> None:
+    task = TASKS["rte"]
+    labels = np.array([0, 1] * 10)
+    right = {s: Measure("final", labels[None]) for s in (1, 2)}
+    wrong = {s: Measure("final", (1 - labels)[None]) for s in (1, 2)}
+    assert paired_bootstrap(task, right, wrong, labels, resamples=R)["p_two_sided"] == (
+        pytest.approx(2 / (R + 1))
+    )
+    assert paired_bootstrap(task, right, dict(right), labels, resamples=R)["p_two_sided"] == 1.0
+
+
+def reference_holm_rejections(p_values: list[float], alpha: float) -> set[int]:
+    """Holm's procedure itself: walk the p-values upwards, reject the k-th (k from 1) while
+    it is at most alpha / (m - k + 1), stop at the first that is not."""
+    m = len(p_values)
+    rejected = set()
+    for k, i in enumerate(sorted(range(m), key=lambda i: p_values[i]), start=1):
+        if p_values[i] > alpha / (m - k + 1) + 1e-12:
+            break
+        rejected.add(i)
+    return rejected
+
+
+def test_holm_by_hand() -> None:
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6])  # made non-decreasing
+    assert holm([0.9, 0.8]) == [1.0, 1.0]  # capped at 1
+    assert holm([0.02]) == [0.02] and holm([]) == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_holm_adjusted_p_is_the_smallest_level_that_rejects(seed: int) -> None:
+    """Over random families (ties, zeros and ones included): H_i is rejected by Holm's
+    procedure at level alpha exactly when its adjusted p is at most alpha, for every alpha
+    below 1 (at 1 the cap makes every adjusted p "at most alpha")."""
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 16))
+    p_values = rng.choice([0.0, 0.001, 0.004, 0.01, 0.02, 0.05, 0.2, 1.0], m).tolist()
+    if seed % 2:
+        p_values = rng.uniform(0, 0.2, m).tolist()
+    adjusted = holm(p_values)
+    assert all(a >= p for a, p in zip(adjusted, p_values)) and max(adjusted) <= 1
+    levels = sorted(a for a in {*adjusted, *np.linspace(0, 1, 41).tolist()} if a < 1)
+    for alpha in levels:
+        expected = reference_holm_rejections(p_values, alpha)
+        got = {i for i, a in enumerate(adjusted) if a <= alpha + 1e-12}
+        assert got == expected, (p_values, alpha)

@@ -103,6 +103,16 @@ FEW_SEEDS_NOTE = (
 )
 
 
+FAMILY_LEVEL = 0.05  # the family-wise error rate Holm's correction keeps
+FAMILY_NOTE = (
+    "Holm p: the claims tested on this task taken as one family (the noise floor is not in "
+    "it), each claim's two-sided bootstrap p ((k + 1) / (R + 1) per tail, doubled) adjusted "
+    f"by Holm's step-down; a better/worse verdict holds family-wise when it is below {FAMILY_LEVEL}. "
+    "The verdicts themselves follow METHODS.md (per claim, 95% interval); this column says "
+    "which of them would survive testing every claim at once"
+)
+
+
 def seeds_text(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
@@ -194,21 +204,53 @@ def _setting(campaign: Campaign, summary: dict) -> str:
     )
 
 
+def holm_text(claim: dict) -> str:
+    """A claim's Holm-adjusted p, four decimals; "-" outside the family (the noise floor,
+    untested claims)."""
+    return f"{claim['holm_p']:.4f}" if "holm_p" in claim else "-"
+
+
+def family_line(summary: dict) -> str:
+    """One sentence: which better/worse verdicts still hold when the task's tested claims
+    are taken as one family (Holm, family-wise 5%), each with its adjusted p."""
+    family = summary.get("family", 0)
+    if not family:
+        return "Family-wise: no claim tested yet."
+    head = (
+        f"Family-wise (Holm over the {family} claims tested here, two-sided bootstrap p, "
+        f"{FAMILY_LEVEL:.0%} for the family): "
+    )
+    decided = [c for c in summary["claims"] if c.get("verdict") in ("better", "worse")]
+    if not decided:
+        return head + "no verdict is better or worse, so none is there to correct."
+
+    def name(c: dict) -> str:
+        return f"{c['a']} - {c['b']} {MEASURE_NAMES[c['measure']]} (adjusted p {holm_text(c)})"
+
+    hold = [name(c) for c in decided if c["holm_p"] < FAMILY_LEVEL]
+    fail = [name(c) for c in decided if c["holm_p"] >= FAMILY_LEVEL]
+    text = head + f"{len(hold)} of the {len(decided)} better/worse verdicts hold"
+    text += f": {', '.join(hold)}" if hold else ""
+    text += f"; not: {', '.join(fail)}" if fail else ""
+    return text + "."
+
+
 def claimstable(summary: dict) -> str:
     rows = []
     for claim in [*summary["claims"], summary["noise_floor"]]:
         if "difference" not in claim:
-            rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-",
+            rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-", "-",
                          claim["verdict"], "-"])  # fmt: skip
             continue
         one = f" ({few_seeds(claim['seeds'])})" if few_seeds(claim["seeds"]) else ""
         rows.append([
             claim["question"], MEASURE_NAMES[claim["measure"]],
             interval(claim),
-            p_value(claim), f"**{claim['verdict']}**", seeds_text(claim["seeds"]) + one,
+            p_value(claim), holm_text(claim), f"**{claim['verdict']}**",
+            seeds_text(claim["seeds"]) + one,
         ])  # fmt: skip
-    return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p", "verdict",
-                   "seeds"], rows)  # fmt: skip
+    return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p",
+                  "Holm p (family)", "verdict", "seeds"], rows)  # fmt: skip
 
 
 def task_markdown(campaign: Campaign, summary: dict) -> str:
@@ -234,8 +276,10 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "says how large a difference could still hide. The noise floor (last row) compares two "
         "runs of the same CE recipe: a difference of its size means nothing. "
         + FEW_SEEDS_NOTE
-        + ".",
+        + ". "
+        + FAMILY_NOTE,
         claimstable(summary),
+        family_line(summary),
         majority_line(summary),
         "## Scores per run",
         table(

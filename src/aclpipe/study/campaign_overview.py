@@ -9,10 +9,14 @@ from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
     CAMPAIGN_REPORTS,
+    FAMILY_LEVEL,
     FEW_SEEDS_NOTE,
+    MEASURE_NAMES,
     REGENERATE,
     claim_line,
+    family_line,
     few_seeds,
+    holm_text,
     interval,
     runs_text,
     seeds_text,
@@ -41,6 +45,17 @@ def not_holding(summaries: dict[str, dict]) -> list[str]:
             where = "; ".join(f"{t}: {_verdict(c)}" for t, c in failing.items())
             lines.append(f"- Claimed: {question}. Here: {where}.")
     return lines
+
+
+def not_family_wise(summaries: dict[str, dict]) -> list[str]:
+    """Each seed claim judged "better" whose Holm-adjusted p is not below the family level:
+    ``mrpc: acl - ce final exit (adjusted p 0.3700)``."""
+    return [
+        f"{t}: {c['a']} - {c['b']} {MEASURE_NAMES[c['measure']]} (adjusted p {holm_text(c)})"
+        for t, s in summaries.items()
+        for c in s["claims"]
+        if c["seed_claim"] and c["verdict"] == "better" and c["holm_p"] >= FAMILY_LEVEL
+    ]
 
 
 def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
@@ -79,6 +94,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
                 claim_line(c) for c in summary["claims"] if c["verdict"] != "not in this campaign"
             ),
             claim_line(summary["noise_floor"]),
+            family_line(summary),
         ]
     failing = not_holding(summaries)
     parts += ["## Where the seeds' claims do not hold here"]
@@ -88,6 +104,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         for c in summary["claims"]
         if c["seed_claim"] and "difference" in c
     )
+    lone = not_family_wise(summaries)
     if failing:
         parts.append("\n".join(failing))
     elif tested == 0:  # silence is not agreement: say that nothing was tested
@@ -95,7 +112,14 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
             "No seed claim has been tested yet: the runs each one compares have not finished."
         )
     else:
+        rule = " by the per-claim rule" if lone else ""
         parts.append(
-            f"Every seed claim tested so far ({tested} task-claim pairs) holds where it was tested."
+            f"Every seed claim tested so far ({tested} task-claim pairs) holds{rule} where it "
+            "was tested."
+        )
+    if lone:
+        parts.append(
+            "Better by the per-claim rule, but not when each task's claims are taken as one "
+            f"family (Holm, family-wise {FAMILY_LEVEL:.0%}): " + "; ".join(lone) + "."
         )
     return "\n\n".join(parts) + "\n"

@@ -211,6 +211,12 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
             out["majority"], references,
         )  # fmt: skip
     out["claims"] = [_claim(t, c, measures, planned, labels, resamples) for c in CLAIMS]
+    # The family-wise view: Holm over the claims tested on this task (the noise floor is a
+    # yardstick, not a claim, and stays out of the family).
+    tested = [c for c in out["claims"] if "p_two_sided" in c]
+    for c, adjusted in zip(tested, paired.holm([c["p_two_sided"] for c in tested])):
+        c["holm_p"] = adjusted
+    out["family"] = len(tested)
     out["noise_floor"] = _claim(t, NOISE_FLOOR, measures, planned, labels, resamples)
     return out
 

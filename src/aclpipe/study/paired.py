@@ -13,6 +13,10 @@ common seed the same computation resamples examples only (drawing one seed from 
 draw); the result says ``seeds: 1`` and reports mark it "1 seed: examples only", since the
 interval then holds no seed-to-seed variation. Draws come from ``numpy.random.default_rng
 (seed)``: example indices first, then seed indices, so a report is reproducible to the bit.
+
+**Family-wise view** (``two_sided_p``, ``holm``): beside METHODS.md's per-claim verdict, the
+reports take a task's claims as one family and say which better/worse verdicts survive Holm's
+correction; it adds a column and a sentence, it never changes a verdict.
 """
 
 from __future__ import annotations
@@ -104,8 +108,10 @@ def paired_bootstrap(
 ) -> dict:
     """The claim "A beats B" on one measure, over the seeds both have (``{seed: Measure}``).
 
-    Returns ``{"seeds", "difference", "low", "high", "p", "verdict", "resamples"}``;
-    ``difference`` is on the original data; ``p`` the share of resamples at or below 0.
+    Returns ``{"seeds", "difference", "low", "high", "p", "p_two_sided", "verdict",
+    "resamples"}``;
+    ``difference`` is on the original data; ``p`` the share of resamples at or below 0;
+    ``p_two_sided`` (``two_sided_p``) is for the family-wise view only.
     Without a common seed: ``{"seeds": [], "verdict": "no common seed"}``.
     """
     seeds = sorted(set(a) & set(b))
@@ -140,9 +146,36 @@ def paired_bootstrap(
         "low": low,
         "high": high,
         "p": float(np.mean(diffs <= ROUNDING)),
+        "p_two_sided": two_sided_p(diffs),
         "verdict": verdict,
         "resamples": resamples,
     }
+
+
+def two_sided_p(diffs: np.ndarray) -> float:
+    """The two-sided bootstrap p-value of "A - B = 0", for the family-wise view (``holm``):
+    twice the smaller tail, each tail counted as ``(k + 1) / (R + 1)`` (k resamples at or
+    beyond 0 on that side, R resamples), capped at 1. The +1 keeps it above 0: a tail no
+    resample reached says p < 1/R, not p = 0, and Holm multiplies it (Phipson and Smyth,
+    2010). Resamples equal to 0 count in both tails, so identical runs give 1."""
+    r = len(diffs)
+    tail = min(int(np.sum(diffs <= ROUNDING)), int(np.sum(diffs >= -ROUNDING)))
+    return min(1.0, 2 * (tail + 1) / (r + 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: sorted ascending, the j-th
+    smallest (j from 0) becomes ``(m - j) * p``, made non-decreasing along the order and
+    capped at 1. A claim holds family-wise at level a when its adjusted p is below a;
+    valid under any dependence between the claims (Holm, 1979)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (p_values[i], i))
+    adjusted = [0.0] * m
+    running = 0.0
+    for j, i in enumerate(order):
+        running = max(running, min(1.0, (m - j) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def seed_mean_interval(
