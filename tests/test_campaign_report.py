@@ -207,8 +207,8 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
     # the family-wise view, at 2,000 resamples: 7 x 2 / 2001 = 0.0070 < 0.05
     family = ("Family-wise (Holm over the 7 claims tested here, two-sided bootstrap p, 5% for "
-              "the family): 1 of the 1 better/worse verdicts hold: acl - ce final exit "
-              "(adjusted p 0.0070).")  # fmt: skip
+              "the family): the one better/worse verdict holds: acl - ce final exit (two-sided "
+              "p 0.0010, adjusted 0.0070).")  # fmt: skip
     assert family in text and family in overview
     assert "| p | Holm p (family) | verdict |" in text
     assert "| 0.0070 | **better** |" in line
@@ -276,10 +276,11 @@ def test_the_overview_says_how_many_claims_were_tested(built: Path, tmp_path: Pa
     assert lone[0] == "sst2: acl - ce"  # 7 x 2 / 201 = 0.0697 at 200 resamples
     assert (
         "but not when each task's claims are taken as one family (Holm, family-wise 5%): "
-        "sst2: acl - ce final exit (adjusted p 0.0697); sst2: acl-cl - deebert shallow exits"
+        "sst2: acl - ce final exit (two-sided p 0.0100, adjusted 0.0697); sst2: acl-cl - "
+        "deebert shallow exits"
     ) in text
     where = text[text.index("## Where the seeds") :]
-    assert where.count("(adjusted p ") == len(lone)
+    assert where.count("(two-sided p ") == len(lone)
 
 
 def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:
@@ -487,29 +488,39 @@ def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
 
 
 def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:
-    """Which better/worse verdicts survive Holm, in results.md and the overview; "better" seed
-    claims that do not are listed apart in the overview; controls are not seed claims."""
+    """Which better/worse verdicts survive Holm (adjusted p at most 0.05), in results.md and
+    the overview; "better" seed claims that do not are listed apart in the overview;
+    controls are not seed claims."""
     from aclpipe.study.campaign_markdown import family_line
     from aclpipe.study.campaign_overview import not_family_wise
 
     def claim(a, verdict, holm_p, seed_claim=True):
         return {"a": a, "b": "ce", "measure": "final", "verdict": verdict, "holm_p": holm_p,
-                "seed_claim": seed_claim, "difference": 0.01}  # fmt: skip
+                "p_two_sided": holm_p / 3, "seed_claim": seed_claim, "difference": 0.01}  # fmt: skip
 
     summary = {"family": 3, "claims": [claim("acl", "better", 0.012),
-                                       claim("scl", "worse", 0.05),
+                                       claim("scl", "worse", 0.0501),
                                        claim("joint", "better", 0.3, seed_claim=False),
                                        {"a": "x", "b": "y", "measure": "auc",
                                         "verdict": "not run yet", "seed_claim": True}]}  # fmt: skip
     assert family_line(summary) == (
         "Family-wise (Holm over the 3 claims tested here, two-sided bootstrap p, 5% for the "
-        "family): 1 of the 3 better/worse verdicts hold: acl - ce final exit (adjusted p "
-        "0.0120); not: scl - ce final exit (adjusted p 0.0500), joint - ce final exit "
-        "(adjusted p 0.3000)."
+        "family): 1 of the 3 better/worse verdicts hold: acl - ce final exit (two-sided p "
+        "0.0040, adjusted 0.0120); not: scl - ce final exit (two-sided p 0.0167, adjusted "
+        "0.0501), joint - ce final exit (two-sided p 0.1000, adjusted 0.3000)."
     )
     assert not_family_wise({"mrpc": summary}) == []  # scl is worse, joint a control
+    summary["claims"][0]["holm_p"] = 0.05  # at the level: Holm still rejects
+    assert not_family_wise({"mrpc": summary}) == []
     summary["claims"][0]["holm_p"] = 0.07
-    assert not_family_wise({"mrpc": summary}) == ["mrpc: acl - ce final exit (adjusted p 0.0700)"]
+    assert not_family_wise({"mrpc": summary}) == [
+        "mrpc: acl - ce final exit (two-sided p 0.0040, adjusted 0.0700)"
+    ]
+    one = {"family": 2, "claims": summary["claims"][:1]}
+    assert family_line(one).endswith(
+        "the one better/worse verdict does not hold: acl - ce final exit (two-sided p 0.0040, "
+        "adjusted 0.0700)."
+    )
     quiet = {"family": 2, "claims": [claim("acl", "no detectable difference", 0.4)]}
     assert family_line(quiet).endswith(
         "no verdict is better or worse, so none is there to correct."

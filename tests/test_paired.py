@@ -386,7 +386,7 @@ def reference_holm_rejections(p_values: list[float], alpha: float) -> set[int]:
 
 def test_holm_by_hand() -> None:
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
-    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6])  # made non-decreasing
+    assert holm([0.02, 0.021]) == pytest.approx([0.04, 0.04])  # 0.021 alone: made non-decreasing
     assert holm([0.9, 0.8]) == [1.0, 1.0]  # capped at 1
     assert holm([0.02]) == [0.02] and holm([]) == []
 

@@ -107,9 +107,11 @@ FAMILY_LEVEL = 0.05  # the family-wise error rate Holm's correction keeps
 FAMILY_NOTE = (
     "Holm p: the claims tested on this task taken as one family (the noise floor is not in "
     "it), each claim's two-sided bootstrap p ((k + 1) / (R + 1) per tail, doubled) adjusted "
-    f"by Holm's step-down; a better/worse verdict holds family-wise when it is below {FAMILY_LEVEL}. "
-    "The verdicts themselves follow METHODS.md (per claim, 95% interval); this column says "
-    "which of them would survive testing every claim at once"
+    "by Holm's step-down; a better/worse verdict holds family-wise when its Holm p is at most "
+    f"{FAMILY_LEVEL}. The verdicts themselves follow METHODS.md (per claim, 95% percentile "
+    "interval); the two-sided p is another test of the same claim and can disagree with the "
+    "interval at its edge (an interval that ends just above 0 can have a two-sided p just "
+    "above 0.05). The column says which verdicts would survive testing every claim at once"
 )
 
 
@@ -210,6 +212,19 @@ def holm_text(claim: dict) -> str:
     return f"{claim['holm_p']:.4f}" if "holm_p" in claim else "-"
 
 
+def holds_family_wise(claim: dict) -> bool:
+    """Holm rejects at the family level when the adjusted p is at most that level."""
+    return claim["holm_p"] <= FAMILY_LEVEL
+
+
+def family_name(claim: dict) -> str:
+    """``acl - ce final exit (two-sided p 0.0510, adjusted 0.6627)``."""
+    return (
+        f"{claim['a']} - {claim['b']} {MEASURE_NAMES[claim['measure']]} "
+        f"(two-sided p {claim['p_two_sided']:.4f}, adjusted {holm_text(claim)})"
+    )
+
+
 def family_line(summary: dict) -> str:
     """One sentence: which better/worse verdicts still hold when the task's tested claims
     are taken as one family (Holm, family-wise 5%), each with its adjusted p."""
@@ -224,11 +239,11 @@ def family_line(summary: dict) -> str:
     if not decided:
         return head + "no verdict is better or worse, so none is there to correct."
 
-    def name(c: dict) -> str:
-        return f"{c['a']} - {c['b']} {MEASURE_NAMES[c['measure']]} (adjusted p {holm_text(c)})"
-
-    hold = [name(c) for c in decided if c["holm_p"] < FAMILY_LEVEL]
-    fail = [name(c) for c in decided if c["holm_p"] >= FAMILY_LEVEL]
+    hold = [family_name(c) for c in decided if holds_family_wise(c)]
+    fail = [family_name(c) for c in decided if not holds_family_wise(c)]
+    if len(decided) == 1:
+        verb = "holds" if hold else "does not hold"
+        return head + f"the one better/worse verdict {verb}: {(hold or fail)[0]}."
     text = head + f"{len(hold)} of the {len(decided)} better/worse verdicts hold"
     text += f": {', '.join(hold)}" if hold else ""
     text += f"; not: {', '.join(fail)}" if fail else ""

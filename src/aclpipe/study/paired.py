@@ -156,8 +156,9 @@ def two_sided_p(diffs: np.ndarray) -> float:
     """The two-sided bootstrap p-value of "A - B = 0", for the family-wise view (``holm``):
     twice the smaller tail, each tail counted as ``(k + 1) / (R + 1)`` (k resamples at or
     beyond 0 on that side, R resamples), capped at 1. The +1 keeps it above 0: a tail no
-    resample reached says p < 1/R, not p = 0, and Holm multiplies it (Phipson and Smyth,
-    2010). Resamples equal to 0 count in both tails, so identical runs give 1."""
+    resample reached says p < 1/R, not p = 0, and Holm multiplies it (the +1 is exact for
+    permutation p, Phipson and Smyth 2010; for bootstrap resamples it is a conservative
+    convention). Resamples equal to 0 count in both tails, so identical runs give 1."""
     r = len(diffs)
     tail = min(int(np.sum(diffs <= ROUNDING)), int(np.sum(diffs >= -ROUNDING)))
     return min(1.0, 2 * (tail + 1) / (r + 1))
