@@ -167,7 +167,7 @@ def two_sided_p(diffs: np.ndarray) -> float:
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given: sorted ascending, the j-th
     smallest (j from 0) becomes ``(m - j) * p``, made non-decreasing along the order and
-    capped at 1. A claim holds family-wise at level a when its adjusted p is below a;
+    capped at 1. A claim holds family-wise at level a when its adjusted p is at most a;
     valid under any dependence between the claims (Holm, 1979)."""
     m = len(p_values)
     order = sorted(range(m), key=lambda i: (p_values[i], i))
