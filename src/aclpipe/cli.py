@@ -609,6 +609,35 @@ def campaign_tune(
         )
 
 
+@campaign_app.command("stack-compare")
+@user_errors
+def campaign_stack_compare(
+    first: Annotated[Path, typer.Argument(help="A finished run's folder, on one stack.")],
+    second: Annotated[Path, typer.Argument(help="The same run's folder, on another stack.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Compare one run trained on two library stacks, file by file (sha256); writes
+    campaign/stack_check.json, which reports/README.md cites under its stacks
+    (campaign/stack_check.sh trains both runs first)."""
+    import json
+
+    from aclpipe import atomic
+    from aclpipe.study.campaign import load_campaign
+    from aclpipe.study.stack_check import STACK_CHECK, compare_runs
+
+    spec = load_campaign(campaign)
+    check = compare_runs(first, second)
+    out = spec.root / STACK_CHECK
+    atomic.write_text(out, json.dumps(check, indent=2) + "\n")
+    same = check["files"] - len(check["differing"])
+    console.print(
+        f"{same} of {check['files']} files identical ({' | '.join(check['stacks'])}); wrote {out}",
+        highlight=False,
+    )
+    if check["differing"]:
+        console.print(f"differing: {', '.join(check['differing'])}", highlight=False)
+
+
 @campaign_app.command("report")
 @user_errors
 def campaign_report(

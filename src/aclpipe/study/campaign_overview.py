@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 
 from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD
+from aclpipe.study import stack_check
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
     CAMPAIGN_REPORTS,
@@ -82,6 +83,12 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
                 for s, by_task in sorted(stacks.items())
             ],
         ),
+    ]
+    checked = stack_check.stack_sentence(
+        stack_check.load(campaign.root / stack_check.STACK_CHECK), set(stacks)
+    )
+    parts += [checked] if checked else []
+    parts += [
         "## The claims",
         "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
         "seeds both runs have and the dev examples, the one-sided p-value, the verdict "

@@ -47,6 +47,7 @@ from aclpipe.layout import (
 from aclpipe.study import campaign_speed, paired
 from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.stack_check import stack
 
 # (question, A, B, measure, a seed claim: one the papers make, answered in README.md)
 CLAIMS: list[tuple[str, str, str, str, bool]] = [
@@ -122,18 +123,6 @@ def check_same_data(runs: list[dict]) -> None:
         [(r["folder"], r["outputs"].dev_labels, r["record"].get("data")) for r in runs],
         "dev",
         "rerun it on the campaign's prepared data",
-    )
-
-
-def stack(record: dict) -> str:
-    """``NVIDIA H200, torch 2.5.1, CUDA 12.4, transformers 4.46.0, Python 3.11.9``."""
-    env = record.get("environment")
-    if not env:
-        return "unrecorded"
-    cuda = f", CUDA {env['cuda']}" if env.get("cuda", "none") != "none" else ""
-    return (
-        f"{env.get('device', '?')}, torch {env.get('torch', '?')}{cuda}, "
-        f"transformers {env.get('transformers', '?')}, Python {env.get('python', '?')}"
     )
 
 
