@@ -31,10 +31,12 @@ import sys
 import yaml
 
 out, task, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-params = yaml.safe_load(open("campaign/params.yaml", encoding="utf-8"))
+with open("campaign/params.yaml", encoding="utf-8") as f:
+    params = yaml.safe_load(f)
 settings = params["campaign"]["task_settings"].setdefault(task, {})
 settings.setdefault("train", {})["epochs"] = epochs
-yaml.safe_dump(params, open(out, "w", encoding="utf-8"), sort_keys=False)
+with open(out, "w", encoding="utf-8") as f:
+    yaml.safe_dump(params, f, sort_keys=False)
 PYEOF
 done
 export OMP_NUM_THREADS=${THREADS:-1}
@@ -42,3 +44,6 @@ export OMP_NUM_THREADS=${THREADS:-1}
 PYTHONPATH="$work/lib${PYTHONPATH:+:$PYTHONPATH}" \
   "$ACLPIPE" campaign run --task "$TASK" --run "$RUN" --seed "$SEED" --campaign "$work/other/campaign/params.yaml"
 "$ACLPIPE" campaign stack-compare "$work/other/campaign/runs/$TASK/$RUN-s$SEED" "$work/this/campaign/runs/$TASK/$RUN-s$SEED"
+"$PY" -c 'import json, sys; sys.exit(1 if json.load(open("campaign/stack_check.json"))["differing"] else 0)' || {
+  trap - EXIT
+  echo "the two runs differ (campaign/stack_check.json names the files): both kept in $work" >&2; exit 1; }

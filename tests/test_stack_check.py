@@ -19,7 +19,13 @@ from test_campaign_report import STACK, built  # noqa: F401  (the fixture)
 from aclpipe.errors import UserError
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.campaign_report import write_reports
-from aclpipe.study.stack_check import STACK_CHECK, compare_runs, stack, stack_sentence
+from aclpipe.study.stack_check import (
+    STACK_CHECK,
+    compare_runs,
+    load_check,
+    stack,
+    stack_sentence,
+)
 
 OTHER = {**STACK, "transformers": "4.1"}
 FILES = {
@@ -32,6 +38,7 @@ FILES = {
 def run_folder(root: Path, environment: dict, files: dict[str, bytes] = FILES, **record) -> Path:
     """A finished run's folder: run.json (with ``environment``) and ``files``."""
     folder = root / f"run-{len(list(root.glob('run-*')))}"
+    folder.mkdir()
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
@@ -64,12 +71,22 @@ def test_a_changed_or_missing_file_is_named(tmp_path: Path) -> None:
     assert check["differing"] == ["metrics.json", "predictions.npz"]
     assert check["sha256"]["metrics.json"][1] is None
     assert check["files"] == 3
+    extra = {**FILES, "curves.csv": b"policy\n"}  # a file only the second run has
+    check = compare_runs(run_folder(tmp_path, STACK), run_folder(tmp_path, OTHER, extra))
+    assert check["differing"] == ["curves.csv"] and check["files"] == 4
 
 
 def test_not_the_same_run_or_not_two_stacks_is_a_one_line_error(tmp_path: Path) -> None:
     a = run_folder(tmp_path, STACK)
     with pytest.raises(UserError, match=r"not the same run \(their run.json differ in seed\)"):
         compare_runs(a, run_folder(tmp_path, OTHER, seed=2))
+    longer = {"train": {"epochs": 2}}
+    with pytest.raises(UserError, match=r"differ in params\)"):
+        compare_runs(a, run_folder(tmp_path, OTHER, params=longer))
+    with pytest.raises(UserError, match="holds only run.json"):
+        compare_runs(a, run_folder(tmp_path, OTHER, {}))
+    cpu = compare_runs(a, run_folder(tmp_path, {**STACK, "cpu": "x"}))  # a key stack() omits
+    assert cpu["changed"] == {"cpu": [None, "x"]}
     with pytest.raises(UserError, match="ran on the same stack"):
         compare_runs(a, run_folder(tmp_path, STACK))
     with pytest.raises(UserError, match="has no run.json"):
@@ -88,8 +105,8 @@ def test_the_sentence_under_the_stacks(tmp_path: Path) -> None:
     assert "no recorded check has compared" in stack_sentence(same, {one, third})
     text = stack_sentence(same, {one, two})
     assert text.startswith("Checked across the two stacks (transformers 4.0 against 4.1): the same")
-    assert "(mrpc acl-cl seed 1, 1 epoch(s) on 3302 examples), trained on each on one" in text
-    assert "run.json does not name the CPU" in text
+    assert "(mrpc acl-cl seed 1, 1 epoch on 3302 examples), trained on each" in text
+    assert "run.json does not record the CPU, the thread count or the other packages" in text
     assert "byte-identical files, 3 of 3" in text
     changed = {**FILES, "metrics.json": b"{}"}
     differ = compare_runs(run_folder(tmp_path, STACK), run_folder(tmp_path, OTHER, changed))
@@ -122,6 +139,7 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_PY = """#!/usr/bin/env bash
 # pip: "installs" the other version (an empty package); anything else: the real Python
 if [ "$1" = -m ] && [ "$2" = pip ]; then
+  echo "${{@: -1}}" >> "$CALLS.pip"
   while [ $# -gt 0 ]; do [ "$1" = --target ] && mkdir -p "$2/transformers"; shift; done
   exit 0
 fi
@@ -158,9 +176,13 @@ else:
 """
 
 
+INHERITED = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _script(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ROOT": str(root), "PY": str(root / "py"),
-           "ACLPIPE": str(root / "aclpipe"), "CALLS": str(root / "calls.jsonl")}  # fmt: skip
+           "ACLPIPE": str(root / "aclpipe"), "CALLS": str(root / "calls.jsonl"),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *INHERITED])}  # fmt: skip
     return subprocess.run(["bash", str(REPO / "campaign" / "stack_check.sh"), *args],
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
 
@@ -186,7 +208,8 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
     assert [c[0][:2] for c in calls] == [["campaign", "run"]] * 2 + [["campaign", "stack-compare"]]
-    inherited = os.environ.get("PYTHONPATH", "")
+    inherited = os.pathsep.join([str(REPO / "src"), *INHERITED])  # never empty here
+    assert (root / "calls.jsonl.pip").read_text() == "transformers==5.24.0\n"
     assert calls[0][1] == inherited and calls[0][2] == "1"  # this stack: PYTHONPATH as it was
     lib, *rest = calls[1][1].split(":")
     assert lib.endswith("/lib") and ":".join(rest) == inherited  # the other version first
@@ -195,3 +218,10 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
     assert (check["epochs"], check["run"]["seed"], check["differing"]) == (2, 3, [])
     work = Path(calls[0][0][calls[0][0].index("--campaign") + 1]).parents[1]
     assert not work.exists()  # the scratch runs and the installed version are gone
+
+
+def test_a_damaged_check_is_a_one_line_error(tmp_path: Path) -> None:
+    assert load_check(tmp_path / STACK_CHECK) is None  # none recorded: nothing to cite
+    (tmp_path / STACK_CHECK).write_text('{"run": ')
+    with pytest.raises(UserError, match=r"is not JSON .*: rerun campaign/stack_check.sh"):
+        load_check(tmp_path / STACK_CHECK)

@@ -85,7 +85,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         ),
     ]
     checked = stack_check.stack_sentence(
-        stack_check.load(campaign.root / stack_check.STACK_CHECK), set(stacks)
+        stack_check.load_check(campaign.root / stack_check.STACK_CHECK), set(stacks)
     )
     parts += [checked] if checked else []
     parts += [

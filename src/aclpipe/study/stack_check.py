@@ -64,12 +64,17 @@ def compare_runs(a: Path, b: Path) -> dict:
             f"{a} and {b} are not the same run (their {RUN_RECORD} differ in "
             f"{', '.join(keys)}): train one task, run and seed with the same params on each stack"
         )
-    if stack(ra) == stack(rb):
+    if ra.get(ENVIRONMENT) == rb.get(ENVIRONMENT):
         raise UserError(
             f"{a} and {b} ran on the same stack ({stack(ra)}): train one of them on the other "
             f"stack ({SCRIPT} does both)"
         )
     da, db = digests(a), digests(b)
+    if not da or not db:
+        raise UserError(
+            f"{a if not da else b} holds only {RUN_RECORD}: give the folder of a finished "
+            "campaign run, with its scores and predictions"
+        )
     differing = sorted(n for n in da.keys() | db.keys() if da.get(n) != db.get(n))
     env_a, env_b = ra.get(ENVIRONMENT, {}), rb.get(ENVIRONMENT, {})
     return {
@@ -88,9 +93,14 @@ def compare_runs(a: Path, b: Path) -> dict:
     }
 
 
-def load(path: Path) -> dict | None:
+def load_check(path: Path) -> dict | None:
     """The recorded check, or None when none was made."""
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not JSON ({e.msg}): rerun {SCRIPT}") from e
 
 
 def stack_sentence(check: dict | None, stacks: set[str]) -> str | None:
@@ -106,17 +116,20 @@ def stack_sentence(check: dict | None, stacks: set[str]) -> str | None:
     run = check["run"]
     what = (
         f"the same run ({run['task']} {run['run']} seed {run['seed']}, {check['epochs']} "
-        f"epoch(s) on {check['train_examples']} examples), trained on each on one machine"
+        f"epoch{'s' if check['epochs'] != 1 else ''} on {check['train_examples']} examples), "
+        "trained on each"
     )
     changed = "; ".join(f"{k} {a} against {b}" for k, (a, b) in check["changed"].items())
     if not check["differing"]:
         return (
             f"Checked across the two stacks ({changed}): {what}, gave byte-identical files, "
             f"{check['files']} of {check['files']} (training curves, every exit's "
-            f"predictions, scores, sweeps); its {RUN_RECORD} differs only in the stack it names. "
-            f"{RUN_RECORD} does not name the CPU: runs made on other machines are outside this "
-            f"check. Rerun: `{SCRIPT} <transformers version>`; campaign/{STACK_CHECK} holds each "
-            "file's sha256 on both."
+            f"predictions, scores, sweeps). This checks only what the two runs did not share: "
+            f"{RUN_RECORD} does not record the CPU, the thread count or the other packages, and "
+            f"{SCRIPT} trains both on one machine with transformers alone swapped, so runs of "
+            'these stacks made on other machines are outside it (README.md, "Stacks and '
+            f'machines"). Rerun: `{SCRIPT} <transformers version>`; campaign/{STACK_CHECK} '
+            "holds each file's sha256 on both."
         )
     return (
         f"Checked across the two stacks ({changed}): {what}, differed in "
