@@ -45,10 +45,11 @@ def _record(folder: Path) -> dict:
 
 def digests(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` but run.json, by path relative to it: its sha256."""
+    files = {p.relative_to(folder).as_posix(): p for p in folder.rglob("*") if p.is_file()}
     return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.relative_to(folder).as_posix() != RUN_RECORD
+        name: hashlib.sha256(files[name].read_bytes()).hexdigest()
+        for name in sorted(files)
+        if name != RUN_RECORD
     }
 
 
@@ -75,7 +76,7 @@ def compare_runs(a: Path, b: Path) -> dict:
             f"{a if not da else b} holds only {RUN_RECORD}: give the folder of a finished "
             "campaign run, with its scores and predictions"
         )
-    differing = sorted(n for n in da.keys() | db.keys() if da.get(n) != db.get(n))
+    names = sorted(da.keys() | db.keys())
     env_a, env_b = ra.get(ENVIRONMENT, {}), rb.get(ENVIRONMENT, {})
     return {
         "run": {k: ra[k] for k in ("task", "run", "method", "seed")},
@@ -87,9 +88,9 @@ def compare_runs(a: Path, b: Path) -> dict:
             for k in sorted(env_a.keys() | env_b.keys())
             if env_a.get(k) != env_b.get(k)
         },
-        "files": len(da.keys() | db.keys()),
-        "differing": differing,
-        "sha256": {n: [da.get(n), db.get(n)] for n in sorted(da.keys() | db.keys())},
+        "files": len(names),
+        "differing": [n for n in names if da.get(n) != db.get(n)],
+        "sha256": {n: [da.get(n), db.get(n)] for n in names},
     }
 
 
