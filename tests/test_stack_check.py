@@ -161,9 +161,12 @@ if args[:2] == ["campaign", "run"]:
     other = (Path(os.environ.get("PYTHONPATH", "x").split(":")[0]) / "transformers").is_dir()
     env = {{"device": "cpu", "torch": "2.13.0", "cuda": "none", "python": "3.11",
             "transformers": "5.24.0" if other else "5.25.0"}}
+    fake = os.environ["FAKE"] if other else ""
+    if fake == "fail":
+        sys.exit("training failed")  # the other stack's run breaks off
     folder = root / "runs" / opt["--task"] / (opt["--run"] + "-s" + opt["--seed"])
     folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text("{{}}")
+    (folder / "metrics.json").write_text('{{"dev": 0.5}}' if fake == "differ" else "{{}}")
     (folder / "run.json").write_text(json.dumps({{
         "task": opt["--task"], "run": opt["--run"], "method": opt["--run"],
         "seed": int(opt["--seed"]), "params": {{"train": {{
@@ -179,21 +182,33 @@ else:
 INHERITED = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def _script(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ROOT": str(root), "PY": str(root / "py"),
+def _script(root: Path, *args: str, fake: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "ROOT": str(root), "PY": str(root / "py"), "FAKE": fake,
            "ACLPIPE": str(root / "aclpipe"), "CALLS": str(root / "calls.jsonl"),
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *INHERITED])}  # fmt: skip
     return subprocess.run(["bash", str(REPO / "campaign" / "stack_check.sh"), *args],
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -> None:
+def _checkout(tmp_path: Path) -> Path:
+    """A checkout holding the campaign's params and the stand-ins for Python and aclpipe."""
     root = tmp_path / "checkout"
     (root / "campaign").mkdir(parents=True)
     shutil.copy(REPO / "campaign" / "params.yaml", root / "campaign" / "params.yaml")
     for name, text in (("py", FAKE_PY), ("aclpipe", FAKE_ACLPIPE)):
         (root / name).write_text(text.format(python=sys.executable))
         (root / name).chmod(0o755)
+    return root
+
+
+def _scratch(root: Path) -> Path:
+    """The script's temporary folder, read from the first run's --campaign argument."""
+    args = json.loads((root / "calls.jsonl").read_text().splitlines()[0])[0]
+    return Path(args[args.index("--campaign") + 1]).parents[2]
+
+
+def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
     usage = _script(root, "5.24.0", "mrpc")
     assert usage.returncode == 2 and usage.stderr.startswith("usage: campaign/stack_check.sh")
     missing = _script(root, "5.24.0")
@@ -216,8 +231,33 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
     check = json.loads((root / "campaign" / STACK_CHECK).read_text())
     assert check["changed"] == {"transformers": ["5.24.0", "5.25.0"]}  # the other one first
     assert (check["epochs"], check["run"]["seed"], check["differing"]) == (2, 3, [])
-    work = Path(calls[0][0][calls[0][0].index("--campaign") + 1]).parents[1]
-    assert not work.exists()  # the scratch runs and the installed version are gone
+    assert not _scratch(root).exists()  # the scratch runs and the installed version are gone
+
+
+def test_the_script_cleans_up_a_failed_run_and_keeps_two_runs_that_differ(
+    tmp_path: Path,
+) -> None:
+    root = _checkout(tmp_path)
+    (root / "campaign" / "data" / "mrpc").mkdir(parents=True)
+    (root / "campaign" / "data" / "mrpc" / "meta.json").write_text("{}")
+    failed = _script(root, "5.24.0", fake="fail")
+    assert failed.returncode != 0 and failed.stderr.strip().splitlines() == ["training failed"]
+    assert not _scratch(root).exists()  # the trap removed the scratch on the failure path too
+    assert not (root / "campaign" / STACK_CHECK).exists()  # nothing recorded
+    (root / "calls.jsonl").unlink()
+    differ = _script(root, "5.24.0", fake="differ")
+    work = _scratch(root)
+    assert differ.returncode == 1
+    assert differ.stderr.strip().splitlines()[-1] == (
+        f"the two runs differ (campaign/stack_check.json names the files): both kept in {work}"
+    )
+    assert json.loads((root / "campaign" / STACK_CHECK).read_text())["differing"] == [
+        "metrics.json"
+    ]
+    run = Path("campaign", "runs", "mrpc", "acl-cl-s1", "metrics.json")
+    assert (work / "this" / run).read_text() == "{}"
+    assert (work / "other" / run).read_text() == '{"dev": 0.5}'
+    shutil.rmtree(work)
 
 
 def test_a_damaged_check_is_a_one_line_error(tmp_path: Path) -> None:
