@@ -12,9 +12,14 @@ repository root for the default pipeline, ``campaign/`` for the seeds campaign):
     reports/<task>/{tradeoff.md,...}                           tradeoff
     reports/<task>/angles/                                     angles
     reports/stsb/sts_embeddings.json                           sts-eval
-    reports/{README.md,<task>/results.{md,json}}               campaign report
-    runs/<task>/<run>-s<seed>/                                 campaign run
+    runs/<task>/<run>-s<seed>/                                 campaign run (run.json, scores, predictions, dvclive/)
+    models/<task>/<run>-s<seed>{/,.log}, .<run>-s<seed>.checkpoint/   campaign run, while it trains
     tune/<task>/<config>-s<seed>/                              campaign tune
+
+The campaign's reports are not under ``campaign/``: ``aclpipe campaign report`` writes
+``reports/README.md`` and ``reports/campaign/{<task>/results.{md,json},<figures>}`` at the
+repository root (``campaign_markdown.campaign_reports``), apart from the default pipeline's
+``reports/<task>/``.
 """
 
 from __future__ import annotations
@@ -51,12 +56,12 @@ STS_REPORT = "sts_embeddings.json"  # under reports/stsb/
 
 # campaign
 RUN_RECORD = "run.json"
-RESULTS_MD = "results.md"  # reports/<task>/, with results.json and plots
+RESULTS_MD = "results.md"  # reports/campaign/<task>/, with results.json and plots
 RESULTS_JSON = "results.json"
-REPORTS_README = "README.md"  # reports/, the campaign's overview
-RESULTS_EXITS_PNG = "results_exits.png"  # reports/<task>/: score per exit with 95% bands
-RESULTS_ANGLES_PNG = "results_angles.png"  # reports/<task>/: gradient-angle histograms
-RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/: score against cost, every task
+REPORTS_README = "README.md"  # reports/ at the repository root, the campaign's overview
+RESULTS_EXITS_PNG = "results_exits.png"  # reports/campaign/<task>/: score per exit with 95% bands
+RESULTS_ANGLES_PNG = "results_angles.png"  # reports/campaign/<task>/: gradient-angle histograms
+RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/campaign/: score against cost, every task
 
 
 @dataclass(frozen=True)
