@@ -485,6 +485,15 @@ def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
         "- Claimed: C beats D. Here: mrpc: no detectable difference, -1.2 [-2.3, -0.1] "
         "(seeds 1, 2, 3); sst2: worse, -1.2 [-2.3, -0.1] (1 seed: examples only)."
     ]
+    # a "worse" that Holm does not reject at the family level says so; one it does, not
+    summaries["sst2"]["claims"][1] |= {"seeds": [1, 2, 3], "holm_p": 0.4618}
+    assert not_holding(summaries)[0].endswith(
+        "sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3; not family-wise: adjusted p 0.4618)."
+    )
+    summaries["sst2"]["claims"][1]["holm_p"] = 0.05  # at the level: Holm still rejects
+    assert not_holding(summaries)[0].endswith("sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3).")
+    summaries["mrpc"]["claims"][1]["holm_p"] = 0.9  # no verdict to qualify
+    assert "(seeds 1, 2, 3); sst2" in not_holding(summaries)[0]
 
 
 def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:

@@ -18,6 +18,7 @@ from aclpipe.study.campaign_markdown import (
     family_name,
     few_seeds,
     holds_family_wise,
+    holm_text,
     interval,
     runs_text,
     seeds_text,
@@ -27,8 +28,13 @@ from aclpipe.study.campaign_markdown import (
 
 def _verdict(claim: dict) -> str:
     """``worse, -1.2 [-2.3, -0.1] (1 seed: examples only)``: a verdict is read with its
-    interval and with how many seeds it rests on."""
+    interval and with how many seeds it rests on; a better/worse verdict that Holm does not
+    reject at the family level says so, ``(seeds 1, 2, 3; not family-wise: adjusted p
+    0.4618)``, lest a per-claim "worse" read as settled."""
     seeds = few_seeds(claim["seeds"]) or f"seeds {seeds_text(claim['seeds'])}"
+    if claim["verdict"] in ("better", "worse") and "holm_p" in claim:
+        if not holds_family_wise(claim):
+            seeds += f"; not family-wise: adjusted p {holm_text(claim)}"
     return f"{claim['verdict']}, {interval(claim)} ({seeds})"
 
 
