@@ -121,7 +121,7 @@ def draw_score_vs_time(campaign: Campaign, summaries: dict[str, dict], path: Pat
             ax.set_xlim(0, 1.05)
             ax.set_xlabel("expected time ratio (dev)")
             ax.set_ylabel("dev score x100")
-            ax.set_title(f"{task} ({_seeds(summary)}): {title}", fontsize=9)
+            ax.set_title(f"{task} ({_seeds(summary)})\n{title}", fontsize=9)
             ax.grid(alpha=0.3)
             if c == len(summaries) - 1:
                 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
