@@ -187,6 +187,9 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     line = next(r for r in text.splitlines() if r.startswith("| ACL beats CE on the final"))
     assert "**better**" in line and "[+" in line and "| 1, 2, 3 |" in line
     assert "(1 seed: examples only)" in text  # the noise floor: deebert has one seed
+    from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE
+
+    assert FEW_SEEDS_NOTE in text  # the label comes with its legend
     assert text.count("Majority-class score") >= 4  # claims, every exit, budgets (+ scores)
     assert "cpu, torch 2.0, transformers 4.0, Python 3.11 (11 runs)" in text
     assert "| budget 0 points | budget 1 point |" in text
@@ -201,6 +204,7 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "every task: campaign/results_score_vs_time.png" in overview
     assert "- ACL beats CE on the final exit: acl - ce = +" in overview
     assert "## Where the seeds' claims do not hold here" in overview
+    assert FEW_SEEDS_NOTE in overview
     # each failing verdict with its interval and the seeds it rests on (acl-cl has seeds 1-2)
     assert ("- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no detectable "
             "difference, +0.0 [+0.0, +0.0] (2 seeds only).\n") in overview  # fmt: skip
@@ -460,6 +464,22 @@ def test_runs_scored_on_other_dev_examples_are_a_one_line_error(tmp_path: Path,
     np.savez_compressed(odd / "predictions.npz", **arrays)
     with pytest.raises(UserError, match="scored other dev examples than"):
         summarise_task(load_campaign(path), "sst2")
+
+
+def test_the_few_seeds_legend_shows_only_while_a_claim_rests_on_one_or_two_seeds() -> None:
+    """The legend of "1 seed: examples only" / "2 seeds only" goes with those labels: none
+    is printed once every tested claim has 3 seeds or more; untested claims do not count."""
+    from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE, few_seeds_note
+
+    def claim(seeds, tested=True):
+        return {"seeds": seeds} | ({"difference": 0.01} if tested else {})
+
+    assert few_seeds_note([claim([1, 2, 3]), claim([1, 2, 3, 4, 5])]) == ""
+    assert few_seeds_note([claim([1, 2, 3]), claim([], tested=False)]) == ""
+    assert few_seeds_note([]) == ""
+    for few in ([1], [1, 2]):
+        assert few_seeds_note([claim([1, 2, 3]), claim(few)]) == f" {FEW_SEEDS_NOTE}."
+    assert few_seeds_note(iter([claim([2])])) == f" {FEW_SEEDS_NOTE}."  # any iterable
 
 
 def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:

@@ -103,6 +103,13 @@ FEW_SEEDS_NOTE = (
 )
 
 
+def few_seeds_note(claims) -> str:
+    """`` <FEW_SEEDS_NOTE>.`` when some claim below rests on fewer than 3 seeds (it carries
+    one of those labels); else nothing, lest the legend speak of a seed yet to land."""
+    tested = (c for c in claims if "difference" in c)
+    return f" {FEW_SEEDS_NOTE}." if any(few_seeds(c["seeds"]) for c in tested) else ""
+
+
 FAMILY_LEVEL = 0.05  # the family-wise error rate Holm's correction keeps
 FAMILY_NOTE = (
     "Holm p: the claims tested on this task taken as one family (the noise floor is not in "
@@ -289,9 +296,9 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "mean over drawn seeds. p: share of resamples at or below 0. **better**/**worse** only "
         "when the 95% interval excludes 0, else **no detectable difference**: the interval "
         "says how large a difference could still hide. The noise floor (last row) compares two "
-        "runs of the same CE recipe: a difference of its size means nothing. "
-        + FEW_SEEDS_NOTE
-        + ". "
+        "runs of the same CE recipe: a difference of its size means nothing."
+        + few_seeds_note([*summary["claims"], summary["noise_floor"]])
+        + " "
         + FAMILY_NOTE,
         claimstable(summary),
         family_line(summary),

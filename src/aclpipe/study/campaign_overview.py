@@ -11,12 +11,12 @@ from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
     CAMPAIGN_REPORTS,
     FAMILY_LEVEL,
-    FEW_SEEDS_NOTE,
     REGENERATE,
     claim_line,
     family_line,
     family_name,
     few_seeds,
+    few_seeds_note,
     holds_family_wise,
     holm_text,
     interval,
@@ -98,7 +98,8 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "## The claims",
         "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
         "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
-        "(better/worse only when the interval excludes 0), the seeds used. " + FEW_SEEDS_NOTE + ".",
+        "(better/worse only when the interval excludes 0), the seeds used."
+        + few_seeds_note(c for s in summaries.values() for c in [*s["claims"], s["noise_floor"]]),
     ]
     for task, summary in summaries.items():
         parts += [
