@@ -13,13 +13,17 @@ repository root for the default pipeline, ``campaign/`` for the seeds campaign):
     reports/<task>/angles/                                     angles
     reports/stsb/sts_embeddings.json                           sts-eval
     runs/<task>/<run>-s<seed>/                                 campaign run (run.json, scores, predictions, dvclive/)
-    models/<task>/<run>-s<seed>{/,.log}, .<run>-s<seed>.checkpoint/   campaign run, while it trains
-    tune/<task>/<config>-s<seed>/                              campaign tune
+    models/<task>/<run>-s<seed>/, .<run>-s<seed>.checkpoint/   campaign run: scratch while it trains
+    models/<task>/<run>-s<seed>.log                            campaign run: its log, kept
+    tune/<task>/<config>-s<seed>/                              campaign tune (scratch and log as above, tune-<config>)
 
-The campaign's reports are not under ``campaign/``: ``aclpipe campaign report`` writes
-``reports/README.md`` and ``reports/campaign/{<task>/results.{md,json},<figures>}`` at the
-repository root (``campaign_markdown.campaign_reports``), apart from the default pipeline's
-``reports/<task>/``.
+The campaign's reports are not under ``campaign/`` but at the repository root
+(``campaign_markdown.campaign_reports``), apart from the default pipeline's ``reports/<task>/``::
+
+    reports/README.md                                          campaign report: the overview
+    reports/campaign/<task>/{results,tuning}.{md,json}         campaign report (tuning: also campaign tune)
+    reports/campaign/<task>/results_{exits,angles}.png         campaign report
+    reports/campaign/results_score_vs_time.png                 campaign report: every task
 """
 
 from __future__ import annotations
