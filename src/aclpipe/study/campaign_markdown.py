@@ -103,6 +103,16 @@ FEW_SEEDS_NOTE = (
 )
 
 
+def compared(summary: dict) -> list[dict]:
+    """A task's claims and then its noise floor: every comparison its table shows."""
+    return [*summary["claims"], summary["noise_floor"]]
+
+
+def decided(claim: dict) -> bool:
+    """A better or worse verdict: the interval excludes 0."""
+    return claim.get("verdict") in ("better", "worse")
+
+
 def few_seeds_note(claims) -> str:
     """`` <FEW_SEEDS_NOTE>.`` when some claim below rests on fewer than 3 seeds (it carries
     one of those labels); else nothing, lest the legend speak of a seed yet to land."""
@@ -242,16 +252,16 @@ def family_line(summary: dict) -> str:
         f"Family-wise (Holm over the {family} claims tested here, two-sided bootstrap p, "
         f"{FAMILY_LEVEL:.0%} for the family): "
     )
-    decided = [c for c in summary["claims"] if c.get("verdict") in ("better", "worse")]
-    if not decided:
+    verdicts = [c for c in summary["claims"] if decided(c)]
+    if not verdicts:
         return head + "no verdict is better or worse, so none is there to correct."
 
-    hold = [family_name(c) for c in decided if holds_family_wise(c)]
-    fail = [family_name(c) for c in decided if not holds_family_wise(c)]
-    if len(decided) == 1:
+    hold = [family_name(c) for c in verdicts if holds_family_wise(c)]
+    fail = [family_name(c) for c in verdicts if not holds_family_wise(c)]
+    if len(verdicts) == 1:
         verb = "holds" if hold else "does not hold"
         return head + f"the one better/worse verdict {verb}: {(hold or fail)[0]}."
-    text = head + f"{len(hold)} of the {len(decided)} better/worse verdicts hold"
+    text = head + f"{len(hold)} of the {len(verdicts)} better/worse verdicts hold"
     text += f": {', '.join(hold)}" if hold else ""
     text += f"; not: {', '.join(fail)}" if fail else ""
     return text + "."
@@ -259,7 +269,7 @@ def family_line(summary: dict) -> str:
 
 def claimstable(summary: dict) -> str:
     rows = []
-    for claim in [*summary["claims"], summary["noise_floor"]]:
+    for claim in compared(summary):
         if "difference" not in claim:
             rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-", "-",
                          claim["verdict"], "-"])  # fmt: skip
@@ -297,7 +307,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         "when the 95% interval excludes 0, else **no detectable difference**: the interval "
         "says how large a difference could still hide. The noise floor (last row) compares two "
         "runs of the same CE recipe: a difference of its size means nothing."
-        + few_seeds_note([*summary["claims"], summary["noise_floor"]])
+        + few_seeds_note(compared(summary))
         + " "
         + FAMILY_NOTE,
         claimstable(summary),

@@ -13,6 +13,8 @@ from aclpipe.study.campaign_markdown import (
     FAMILY_LEVEL,
     REGENERATE,
     claim_line,
+    compared,
+    decided,
     family_line,
     family_name,
     few_seeds,
@@ -32,9 +34,8 @@ def _verdict(claim: dict) -> str:
     reject at the family level says so, ``(seeds 1, 2, 3; not family-wise: adjusted p
     0.4618)``, lest a per-claim "worse" read as settled."""
     seeds = few_seeds(claim["seeds"]) or f"seeds {seeds_text(claim['seeds'])}"
-    if claim["verdict"] in ("better", "worse") and "holm_p" in claim:
-        if not holds_family_wise(claim):
-            seeds += f"; not family-wise: adjusted p {holm_text(claim)}"
+    if decided(claim) and "holm_p" in claim and not holds_family_wise(claim):
+        seeds += f"; not family-wise: adjusted p {holm_text(claim)}"
     return f"{claim['verdict']}, {interval(claim)} ({seeds})"
 
 
@@ -99,7 +100,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
         "seeds both runs have and the dev examples, the one-sided p-value, the verdict "
         "(better/worse only when the interval excludes 0), the seeds used."
-        + few_seeds_note(c for s in summaries.values() for c in [*s["claims"], s["noise_floor"]]),
+        + few_seeds_note(c for s in summaries.values() for c in compared(s)),
     ]
     for task, summary in summaries.items():
         parts += [

@@ -3,8 +3,8 @@
 Every configuration trains ``campaign.tune.method`` (ce) with each tuning seed on the task's
 train split minus its validation split; the pick is the best mean final-exit score on the
 validation split (ties: the configuration listed first). Dev scores are shown beside, never
-used to choose. ``reports/campaign/<task>/tuning.{md,json}`` say what was tried, what won, and whether
-``campaign.task_settings.<task>.train`` (what every run uses) is the pick.
+used to choose. ``reports/campaign/<task>/tuning.{md,json}`` say what was tried, what won,
+and whether ``campaign.task_settings.<task>.train`` (what every run uses) is the pick.
 
 How far the pick is ahead is tested like a campaign claim (``paired``): the pick against the
 runner-up, final exit, paired bootstrap over the validation examples (and the tuning seeds
