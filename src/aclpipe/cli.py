@@ -622,8 +622,9 @@ def campaign_stack_compare(
     import json
 
     from aclpipe import atomic
+    from aclpipe.layout import STACK_CHECK
     from aclpipe.study.campaign import load_campaign
-    from aclpipe.study.stack_check import STACK_CHECK, compare_runs
+    from aclpipe.study.stack_check import compare_runs
 
     spec = load_campaign(campaign)
     check = compare_runs(first, second)

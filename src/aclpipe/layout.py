@@ -66,6 +66,8 @@ REPORTS_README = "README.md"  # reports/ at the repository root, the campaign's 
 RESULTS_EXITS_PNG = "results_exits.png"  # reports/campaign/<task>/: score per exit with 95% bands
 RESULTS_ANGLES_PNG = "results_angles.png"  # reports/campaign/<task>/: gradient-angle histograms
 RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/campaign/: score against cost, every task
+STACK_CHECK = "stack_check.json"  # campaign/: one run trained on two stacks, compared
+STACK_CHECK_SCRIPT = "campaign/stack_check.sh"  # trains that run on both, then stack-compare
 
 
 @dataclass(frozen=True)

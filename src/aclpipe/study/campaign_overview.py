@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD
+from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD, STACK_CHECK
 from aclpipe.study import stack_check
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import (
@@ -92,7 +92,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         ),
     ]
     checked = stack_check.stack_sentence(
-        stack_check.load_check(campaign.root / stack_check.STACK_CHECK), set(stacks)
+        stack_check.load_check(campaign.root / STACK_CHECK), set(stacks)
     )
     parts += [checked] if checked else []
     parts += [

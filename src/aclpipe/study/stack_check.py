@@ -10,10 +10,8 @@ import json
 from pathlib import Path
 
 from aclpipe.errors import UserError
-from aclpipe.layout import RUN_RECORD
+from aclpipe.layout import RUN_RECORD, STACK_CHECK, STACK_CHECK_SCRIPT
 
-STACK_CHECK = "stack_check.json"  # under campaign/: the recorded check
-SCRIPT = "campaign/stack_check.sh"  # trains the run on both stacks, then calls stack-compare
 ENVIRONMENT = "environment"  # the one part of run.json that names the stack
 
 
@@ -68,7 +66,7 @@ def compare_runs(a: Path, b: Path) -> dict:
     if ra.get(ENVIRONMENT) == rb.get(ENVIRONMENT):
         raise UserError(
             f"{a} and {b} ran on the same stack ({stack(ra)}): train one of them on the other "
-            f"stack ({SCRIPT} does both)"
+            f"stack ({STACK_CHECK_SCRIPT} does both)"
         )
     da, db = digests(a), digests(b)
     if not da or not db:
@@ -101,7 +99,7 @@ def load_check(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not JSON ({e.msg}): rerun {SCRIPT}") from e
+        raise UserError(f"{path} is not JSON ({e.msg}): rerun {STACK_CHECK_SCRIPT}") from e
 
 
 def stack_sentence(check: dict | None, stacks: set[str]) -> str | None:
@@ -112,7 +110,7 @@ def stack_sentence(check: dict | None, stacks: set[str]) -> str | None:
     if check is None or not stacks <= set(check["stacks"]):
         return (
             f"These runs span {len(stacks)} stacks that no recorded check has compared: read a "
-            f"task's claims as mixing stacks (`{SCRIPT} <transformers version>` checks two)."
+            f"task's claims as mixing stacks (`{STACK_CHECK_SCRIPT} <transformers version>` checks two)."
         )
     run = check["run"]
     what = (
@@ -127,9 +125,9 @@ def stack_sentence(check: dict | None, stacks: set[str]) -> str | None:
             f"{check['files']} of {check['files']} (training curves, every exit's "
             f"predictions, scores, sweeps). This checks only what the two runs did not share: "
             f"{RUN_RECORD} does not record the CPU, the thread count or the other packages, and "
-            f"{SCRIPT} trains both on one machine with transformers alone swapped, so runs of "
+            f"{STACK_CHECK_SCRIPT} trains both on one machine with transformers alone swapped, so runs of "
             'these stacks made on other machines are outside it (README.md, "Stacks and '
-            f'machines"). Rerun: `{SCRIPT} <transformers version>`; campaign/{STACK_CHECK} '
+            f'machines"). Rerun: `{STACK_CHECK_SCRIPT} <transformers version>`; campaign/{STACK_CHECK} '
             "holds each file's sha256 on both."
         )
     return (
