@@ -32,12 +32,12 @@ from threads import add_threads_option, apply_threads  # noqa: E402
 
 from aclpipe import atomic  # noqa: E402
 from aclpipe.config import DEFAULT_MODEL, params_from_dict  # noqa: E402
-from aclpipe.data.prepare import prepare  # noqa: E402
 from aclpipe.data.prepared import load_split  # noqa: E402
 from aclpipe.data.tasks import get_task  # noqa: E402
 from aclpipe.modeling.backbone import load_encoder  # noqa: E402
 from aclpipe.modeling.batching import collate  # noqa: E402
 from aclpipe.modeling.model import ExitSpec, MultiExitModel  # noqa: E402
+from aclpipe.stages.prepare import prepare  # noqa: E402
 from aclpipe.training.batch_order import epoch_order  # noqa: E402
 from aclpipe.training.loop import build_optimizer  # noqa: E402
 
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def step_times(model: torch.nn.Module, forward, batches: list[dict], params) -> list[float]:
     """Seconds of each training step (forward, CE on the last exit, backward, clip, step)."""
-    optimizer = build_optimizer(model, ("encoder", "final_exit"), params)
+    optimizer = build_optimizer(model, ("encoder", "final_exit"), params.train)
     model.train()
     times = []
     for batch in batches:

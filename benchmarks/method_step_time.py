@@ -98,14 +98,14 @@ class Runner:
         encoder = load_encoder(DEFAULT_MODEL)
         spec = make_spec(
             self.method,
-            params,
+            params.model,
             encoder.config.num_hidden_layers,
             2,
             resolve_model(DEFAULT_MODEL),
             0.1,
         )
         self.model = MultiExitModel(encoder, spec)
-        self.optimizer = build_optimizer(self.model, self.stage.trains, params)
+        self.optimizer = build_optimizer(self.model, self.stage.trains, params.train)
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.accelerator = Accelerator(cpu=True)
 

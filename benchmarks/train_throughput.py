@@ -3,8 +3,8 @@
 Same model (MiniLM-L6, resolved offline), same data (a fixed, deterministic subset of real
 SST-2 train), same batch size, same optimiser settings, one epoch, CPU. Six contenders:
 
-- ``ours``: ``aclpipe.training.loop.finetune`` itself, method ``ce``, on a data folder written by
-  ``aclpipe.data.prepare`` (no padding at rest; ``collate`` pads each batch to its longest),
+- ``ours``: ``aclpipe.stages.finetune.finetune`` (the loop itself), method ``ce``, on a data folder written by
+  ``aclpipe.stages.prepare`` (no padding at rest; ``collate`` pads each batch to its longest),
   rows in a plain shuffle (``train.group_by_length: false``).
 - ``ours`` and ``ours-grouped`` run padding-free (``train.padding_free: true``, the default
   ``auto`` on MiniLM: the linear layers skip padded positions, ``aclpipe.modeling.padding_free``);
@@ -110,15 +110,15 @@ from transformers import (  # noqa: E402
 )
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-import aclpipe.training.loop as train_loop  # noqa: E402
 from aclpipe import atomic  # noqa: E402
 from aclpipe.config import DEFAULT_MODEL, Params, params_from_dict  # noqa: E402
 from aclpipe.data.glue_sources import read_local  # noqa: E402
-from aclpipe.data.prepare import prepare  # noqa: E402
 from aclpipe.data.prepared import load_split, subsample  # noqa: E402
 from aclpipe.data.tasks import get_task  # noqa: E402
 from aclpipe.modeling.backbone import load_tokenizer, resolve_model  # noqa: E402
 from aclpipe.modeling.batching import collate  # noqa: E402
+from aclpipe.stages.finetune import finetune  # noqa: E402
+from aclpipe.stages.prepare import prepare  # noqa: E402
 from aclpipe.training.batch_order import epoch_order  # noqa: E402
 from aclpipe.training.progress import TrainProgress  # noqa: E402
 
@@ -311,7 +311,7 @@ def run_ours(contender: str, params: Params, data_dir: Path, work: Path) -> Run:
     task, clock, out_dir = get_task("sst2"), _Clock(), work / "ours-model"
     quiet = Console(file=io.StringIO())  # the loop still logs every log_every steps, unseen
     started = time.perf_counter()
-    result = train_loop.finetune(
+    result = finetune(
         task,
         "ce",
         params,

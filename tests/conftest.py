@@ -201,8 +201,8 @@ def make_project(params_dict: Callable[..., dict[str, Any]], glue_dir: Path) -> 
     data/sst2. Commands then run with the folder as their working directory."""
     import yaml
 
-    from aclpipe.data.prepare import prepare
     from aclpipe.data.tasks import get_task
+    from aclpipe.stages.prepare import prepare
 
     def build(folder: Path, **sections: dict[str, Any]) -> Path:
         folder.mkdir(parents=True, exist_ok=True)

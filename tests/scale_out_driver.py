@@ -22,6 +22,7 @@ from rich.console import Console
 
 from aclpipe.config import params_from_dict
 from aclpipe.data.tasks import get_task
+from aclpipe.stages.finetune import finetune
 from aclpipe.training import loop
 
 
@@ -43,7 +44,7 @@ def main(plan_path: Path) -> None:
         lengths.clear()
         params = params_from_dict(run["params"])
         out = Path(run["out"])
-        loop.finetune(get_task("sst2"), run["method"], params, Path(run["data"]), out, Console())
+        finetune(get_task("sst2"), run["method"], params, Path(run["data"]), out, Console())
         shards[run["name"]] = list(lengths)
     rank = os.environ.get("RANK", "0")
     (plan_path.parent / f"shards-{rank}.json").write_text(json.dumps(shards), encoding="utf-8")

@@ -61,7 +61,7 @@ def die_while_writing(name: str) -> None:
 def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stand-ins for the ONNX segment export with its onnxruntime parity run, and the opset
     reader: stub graph files, what ``write_segments`` records."""
-    import aclpipe.early_exit.export as export
+    import aclpipe.exits.export as export
 
     def write_segments(model, names, batches, folder, what, opset=None) -> dict:
         stub = lambda name: (folder / name).write_bytes(f"stub {name} {time.time_ns()}".encode())  # noqa: E731

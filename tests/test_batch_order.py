@@ -20,6 +20,7 @@ import aclpipe.training.loop as loop
 from aclpipe.config import load_params
 from aclpipe.data.tasks import get_task
 from aclpipe.modeling.batching import collate
+from aclpipe.stages.finetune import finetune
 from aclpipe.training.batch_order import MEGA_BATCHES, epoch_order, mega_batch_size
 from aclpipe.training.distributed import shard
 
@@ -158,7 +159,7 @@ def _finetune(work: Path, widths: list[int] | None = None, **overrides: str) -> 
     params = load_params(work / "params.yaml", sets)
     out = work / "models" / "sst2" / "joint"
     quiet = Console(file=io.StringIO())
-    loop.finetune(
+    finetune(
         get_task("sst2"), "joint", params, work / "data" / "sst2", out, quiet, collate=recording
     )
     return out

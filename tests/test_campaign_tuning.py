@@ -16,16 +16,16 @@ from typer.testing import CliRunner
 from aclpipe.cli import app
 from aclpipe.config import params_from_dict
 from aclpipe.data.glue_sources import Example
-from aclpipe.data.prepare import carve_validation, prepare
 from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.evaluation.evaluate import evaluate
 from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.stages.evaluate import evaluate
+from aclpipe.stages.finetune import finetune
+from aclpipe.stages.prepare import carve_validation, prepare
 from aclpipe.study.campaign import config_name, load_campaign
 from aclpipe.study.campaign_runner import TUNE, commit_command, pending, pending_tuning
 from aclpipe.study.tuning import applied, summarise
-from aclpipe.training.loop import finetune
 
 SST2 = get_task("sst2")
 

@@ -11,12 +11,12 @@ import torch
 from aclpipe.atomic import atomic_dir, write_text
 from aclpipe.config import DataConfig
 from aclpipe.data.glue_sources import Example
-from aclpipe.data.prepare import prepare, tokenize
 from aclpipe.data.prepared import load_meta, load_split, subsample
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.modeling.backbone import load_tokenizer
 from aclpipe.modeling.batching import collate
+from aclpipe.stages.prepare import prepare, tokenize
 
 
 @pytest.fixture(scope="module")

@@ -221,6 +221,7 @@ def scale_out(tmp_path_factory, make_project, params_dict, tiny_model_dir_no_dro
     """Every run of ``SCALE_OUT`` by P processes (one torchrun launch per P), and the same
     run by one process at batch P x 3 (in this process, dropping the same short tails)."""
     from aclpipe.data.tasks import get_task
+    from aclpipe.stages.finetune import finetune
     from aclpipe.training import loop
 
     launcher = torchrun()
@@ -276,7 +277,7 @@ def scale_out(tmp_path_factory, make_project, params_dict, tiny_model_dir_no_dro
             mp.setattr(loop, "load_encoder", loop.load_encoder)  # in_float64 replaces it
             try:
                 in_float64()
-                loop.finetune(
+                finetune(
                     get_task("sst2"), run["method"], params_from_dict(raw), run["data"], run["one"]
                 )
             finally:

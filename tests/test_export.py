@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit import segments as segments_module
-from aclpipe.early_exit.export import dev_logits, export_exits
-from aclpipe.early_exit.segments import EmbeddingsGraph, SegmentGraph, torch_chain
 from aclpipe.early_exit.settings import choose_default
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits
+from aclpipe.exits import segments as segments_module
+from aclpipe.exits.export import dev_logits, export_exits
+from aclpipe.exits.segments import EmbeddingsGraph, SegmentGraph, torch_chain
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, TASK_FILE
 from aclpipe.layout import EXPORT_MODEL as MODEL_FOLDER
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from

@@ -22,25 +22,25 @@ import torch
 from cli_helpers import invoke, tree
 from rich.console import Console
 
-import aclpipe.evaluation.evaluate as evaluate_module
+import aclpipe.stages.evaluate as evaluate_module
 import aclpipe.study.tradeoff
 from aclpipe.config import EvaluateConfig
 from aclpipe.data.glue_sources import read_local
 from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.predict import predict_lines
-from aclpipe.early_exit.sweep import check_engines, full_model_timing, speedups, sweep
 from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
-from aclpipe.evaluation.evaluate import (
+from aclpipe.evaluation.scoring import majority_prediction, majority_scores
+from aclpipe.exits.sweep import check_engines, full_model_timing, speedups, sweep
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer
+from aclpipe.modeling.model import ExitSpec, MultiExitModel
+from aclpipe.stages.evaluate import (
     curves_csv,
     evaluate,
     render_curves,
     score_warnings,
     timing_warnings,
 )
-from aclpipe.evaluation.scoring import majority_prediction, majority_scores
-from aclpipe.modeling.backbone import load_encoder, load_tokenizer
-from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.study.tradeoff import tradeoff
 from aclpipe.study.tradeoff_tables import ON_DEV
 

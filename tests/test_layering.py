@@ -1,6 +1,7 @@
-"""The architecture, checked: no import circle inside aclpipe (imports inside functions
-counted too), knobs apart from the training code, and the serving path (``aclpipe predict``)
-loading neither the training stack nor the scoring libraries."""
+"""The architecture, checked: no import circle inside aclpipe (imports inside functions and
+type-only imports counted too), library packages below config and the stages, knobs apart from
+the training code, and the serving path (``aclpipe predict``) loading nothing of training, the
+config, the stages or the scoring libraries."""
 
 from __future__ import annotations
 
@@ -38,13 +39,15 @@ def _runtime_nodes(tree: ast.AST):
         stack.extend(child for child in ast.iter_child_nodes(node) if not _type_checking(child))
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the aclpipe modules it imports anywhere in its file (at run time)."""
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the aclpipe modules it imports anywhere in its file (at run time; with
+    ``type_only``, the ``if TYPE_CHECKING:`` imports too)."""
     names = module_names()
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
         imported = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree) if type_only else _runtime_nodes(tree):
             if isinstance(node, ast.Import):
                 imported |= {a.name for a in node.names if a.name in names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -56,13 +59,42 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def test_no_import_circle() -> None:
-    graph = import_graph()
+    """Not even through an annotation: a type-only import back is the trace of two ideas in
+    one module (as layerwise.py's runners and forward_to_exits once were)."""
+    graph = import_graph(type_only=True)
     assert "aclpipe.config" in graph["aclpipe.study.campaign"]  # the walk sees imports
-    assert "aclpipe.modeling.model" not in graph["aclpipe.modeling.layerwise"]  # typing only
+    assert "aclpipe.modeling.model" in graph["aclpipe.modeling.layer_guard"]  # the guard on top
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as err:
         raise AssertionError(f"import circle: {' -> '.join(err.args[1])}") from None
+
+
+# The library: every package the stages call. None of it reads params.yaml's Params or knows a
+# stage; each section it takes is its own dataclass (``<package>.config``).
+LIBRARY = ("data", "modeling", "training", "evaluation", "early_exit", "exits")
+ABOVE_THE_LIBRARY = ("aclpipe.config", "aclpipe.stages", "aclpipe.study", "aclpipe.cli")
+
+
+def test_no_library_package_imports_config_or_a_stage() -> None:
+    graph = import_graph(type_only=True)
+    assert "aclpipe.config" in graph["aclpipe.stages.finetune"]  # the walk sees the stages'
+    library = [m for m in graph if m.split(".")[1:2] and m.split(".")[1] in LIBRARY]
+    assert "aclpipe.training.loop" in library and "aclpipe.exits.export" in library
+    for module in library:
+        for target in graph[module]:
+            assert not target.startswith(ABOVE_THE_LIBRARY), (module, target)
+
+
+def test_serving_and_offline_exits_apart() -> None:
+    """``early_exit`` is what a serving box needs; export and sweeps (``exits``) stand on it,
+    and ``evaluation`` (scores) sits between them, imported by neither serving module."""
+    graph = import_graph(type_only=True)
+    for module in (m for m in graph if m.startswith("aclpipe.early_exit")):
+        for target in graph[module]:
+            assert not target.startswith(("aclpipe.exits", "aclpipe.evaluation")), (module, target)
+    for module in (m for m in graph if m.startswith("aclpipe.evaluation")):
+        assert not any(t.startswith("aclpipe.exits") for t in graph[module]), module
 
 
 def test_methods_do_not_import_the_config() -> None:
@@ -73,6 +105,15 @@ def test_methods_do_not_import_the_config() -> None:
     assert "aclpipe.training.knobs" in graph["aclpipe.config"]
 
 
+def test_the_method_names_are_the_method_table() -> None:
+    """The command line lists and checks names from ``aclpipe.method_names`` (no training
+    loaded); the knobs table must hold the same methods in the same order."""
+    from aclpipe.method_names import METHOD_NAMES
+    from aclpipe.training.knobs import KNOBS
+
+    assert tuple(KNOBS) == METHOD_NAMES
+
+
 def test_the_method_table_is_torch_free() -> None:
     """The CLI's help and checks, and the config, read the table without the training code."""
     script = "import sys, aclpipe.training.knobs\nprint('torch' in sys.modules)"
@@ -81,26 +122,20 @@ def test_the_method_table_is_torch_free() -> None:
     assert done.stdout.strip() == "False"
 
 
-# The training code: everything under aclpipe.training but the torch-free method table.
-TRAINING_CODE = tuple(
-    f"aclpipe.training.{p.stem}" for p in (PACKAGE / "training").iterdir()
-    if p.stem not in ("__init__", "knobs", "__pycache__")
-)  # fmt: skip
-
-
-def test_inference_never_imports_training_or_the_prepare_stage() -> None:
-    graph = import_graph()
-    serving = [m for m in graph if m.startswith("aclpipe.early_exit.")]
+def test_inference_never_imports_training_or_the_stages() -> None:
+    """Not even the torch-free method table: the CLI reads aclpipe.method_names."""
+    graph = import_graph(type_only=True)
+    serving = [m for m in graph if m.startswith("aclpipe.early_exit")]
     for module in serving:
         for target in graph[module]:
-            assert not target.startswith(TRAINING_CODE), (module, target)
-            assert target != "aclpipe.data.prepare", (module, target)
+            assert not target.startswith(ABOVE_THE_LIBRARY), (module, target)
+            assert not target.startswith("aclpipe.training"), (module, target)
 
 
 # scipy is not here: transformers' PreTrainedModel imports it itself (transformers/loss/
 # loss_utils.py) when the torch engine loads the model; aclpipe's own modules must not.
-FORBIDDEN = ("sklearn", "datasets", *TRAINING_CODE, "aclpipe.data.prepare",
-             "aclpipe.evaluation", "aclpipe.study", "aclpipe.early_exit.export")  # fmt: skip
+FORBIDDEN = ("sklearn", "datasets", "aclpipe.training", "aclpipe.config", "aclpipe.stages",
+             "aclpipe.evaluation", "aclpipe.study", "aclpipe.exits")  # fmt: skip
 
 
 def test_serving_modules_import_no_scipy() -> None:
@@ -114,7 +149,8 @@ def test_serving_modules_import_no_scipy() -> None:
 
 
 def test_predict_loads_no_training_stack(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """`aclpipe predict` end to end in a fresh interpreter, then a look at sys.modules."""
+    """`aclpipe predict` end to end in a fresh interpreter, then a look at sys.modules: nothing
+    of aclpipe.training (not even the method table), nor the config with its training knobs."""
     from test_predict import save_folder
 
     folder = save_folder(tmp_path / "model", tiny_model_dir, "sst2", 2)

@@ -16,11 +16,11 @@ from transformers import AutoConfig, AutoModel
 
 from aclpipe.early_exit.policies import exit_indices
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
-from aclpipe.early_exit.segments import EmbeddingsGraph, SegmentGraph, torch_chain
 from aclpipe.errors import UserError
-from aclpipe.modeling import layerwise
-from aclpipe.modeling.layerwise import GUARD_TOLERANCE, check_layerwise, forward_to_exits
-from aclpipe.modeling.model import ExitSpec, MultiExitModel
+from aclpipe.exits.segments import EmbeddingsGraph, SegmentGraph, torch_chain
+from aclpipe.modeling import layer_guard, layerwise
+from aclpipe.modeling.layer_guard import GUARD_TOLERANCE, check_layerwise
+from aclpipe.modeling.model import ExitSpec, MultiExitModel, forward_to_exits
 
 ATOL = 1e-5  # layer by layer vs forward, logits of spread about 1.5 (float32)
 SMALL = {"vocab_size": 60, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
@@ -156,9 +156,9 @@ def test_guard_runs_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep builds a runtime per setting: the probe runs for the first one only."""
     model, _ = build("bert", "mean")
     calls = []
-    real = layerwise.forward_to_exits
+    real = layer_guard.forward_to_exits
     monkeypatch.setattr(
-        layerwise, "forward_to_exits", lambda *a, **k: calls.append(1) or real(*a, **k)
+        layer_guard, "forward_to_exits", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     started = time.perf_counter()
     EarlyExitRuntime(model, "entropy", 0.5)
@@ -176,4 +176,4 @@ def test_guard_restores_training_mode() -> None:
     model.train()
     check_layerwise(model)
     assert model.training and all(m.training for m in model.modules())
-    assert forward_to_exits is layerwise.forward_to_exits
+    assert forward_to_exits is layer_guard.forward_to_exits

@@ -1,7 +1,7 @@
 """Every method through the training loop's own pieces, on a tiny random BERT.
 
 One optimisation step per stage (``build_optimizer``, ``backward``, clip, ``optimizer.step``,
-as in ``aclpipe.training.loop.finetune``) must change exactly the parameters the method trains; thirty
+as in ``aclpipe.training.loop.train``) must change exactly the parameters the method trains; thirty
 steps on a tiny separable batch must lower its loss.
 """
 
@@ -85,7 +85,7 @@ def setup(name: str, params: Params, num_labels: int = 2) -> tuple[Method, Multi
     encoder = load_encoder(params.model.name)
     spec = make_spec(
         method,
-        params,
+        params.model,
         encoder.config.num_hidden_layers,
         num_labels,
         resolve_model(params.model.name),
@@ -108,8 +108,8 @@ def loss_inputs(model: MultiExitModel, inputs: dict, labels: torch.Tensor) -> Lo
 
 
 def train_steps(model, stage, params: Params, accelerator, inputs, labels, steps: int) -> list:
-    """``steps`` iterations of the body of ``aclpipe.training.loop.finetune``'s loop; their logs."""
-    optimizer = build_optimizer(model, stage.trains, params)
+    """``steps`` iterations of the body of ``aclpipe.training.loop.train``'s loop; their logs."""
+    optimizer = build_optimizer(model, stage.trains, params.train)
     named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     logs = []
     model.train()
@@ -309,7 +309,7 @@ def test_acl_grad_sets_the_combined_gradient(
     params = make_params(methods={"acl": {"max_angle": max_angle}})
     method, model = setup("acl", params)
     stage = method.stages[0]
-    build_optimizer(model, stage.trains, params)  # sets requires_grad as the loop does
+    build_optimizer(model, stage.trains, params.train)  # sets requires_grad as the loop does
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     x = loss_inputs(model.eval(), inputs, class_labels())  # eval: one deterministic graph
     g_main = torch.autograd.grad(stage.main(x), [p for _, p in named], retain_graph=True)

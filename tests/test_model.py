@@ -307,21 +307,21 @@ def test_make_spec_pooling_follows_the_checkpoint(tiny_model_dir: Path, tmp_path
         build_method("joint", params.method("joint")),
         build_method("ce", params.method("ce")),
     )
-    spec = make_spec(joint, params, 3, 2, str(tiny_model_dir), 0.1)
+    spec = make_spec(joint, params.model, 3, 2, str(tiny_model_dir), 0.1)
     assert (spec.pooling, spec.cls_from_mean, spec.exits) == ("cls", False, [1, 2, 3])
-    assert make_spec(ce, params, 3, 2, str(tiny_model_dir), 0.1).exits == [3]
+    assert make_spec(ce, params.model, 3, 2, str(tiny_model_dir), 0.1).exits == [3]
     sentence_model = tmp_path / "st"
     (sentence_model / "1_Pooling").mkdir(parents=True)
     (sentence_model / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
-    spec = make_spec(joint, params, 3, 2, str(sentence_model), 0.1)
+    spec = make_spec(joint, params.model, 3, 2, str(sentence_model), 0.1)
     assert (spec.pooling, spec.cls_from_mean) == ("mean", True)
     params = params_from_dict({"model": {"pooling": "layer-attention", "exits": [3, 1, 1],
                                          "dropout": 0.0}})  # fmt: skip
-    spec = make_spec(joint, params, 3, 2, str(sentence_model), 0.1)
+    spec = make_spec(joint, params.model, 3, 2, str(sentence_model), 0.1)
     assert (spec.pooling, spec.cls_from_mean, spec.exits, spec.dropout) == (
         "layer-attention", True, [1, 3], 0.0)  # fmt: skip
     with pytest.raises(UserError, match="model.exits"):
-        make_spec(joint, params_from_dict({"model": {"exits": [4]}}), 3, 2, "x", 0.1)
+        make_spec(joint, params_from_dict({"model": {"exits": [4]}}).model, 3, 2, "x", 0.1)
 
 
 @pytest.mark.parametrize("label_embedding", ["classifier", "separate"])

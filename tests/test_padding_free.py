@@ -140,9 +140,9 @@ def test_finetune_padding_free_matches_padded(
     padding on the dropout-free tiny BERT: the same weights up to float rounding."""
     from safetensors.torch import load_file
 
-    from aclpipe.data.prepare import prepare
     from aclpipe.data.tasks import get_task
-    from aclpipe.training.loop import finetune
+    from aclpipe.stages.finetune import finetune
+    from aclpipe.stages.prepare import prepare
 
     weights = []
     for free in (False, True):

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit.export import save_model_folder
 from aclpipe.early_exit.predict import predict_lines, read_lines, write_jsonl
 from aclpipe.errors import UserError
+from aclpipe.exits.export import save_model_folder
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
 from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
 

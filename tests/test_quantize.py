@@ -1,4 +1,4 @@
-"""Int8 segments (``export-exits --int8``, ``aclpipe.early_exit.quantize``): what is
+"""Int8 segments (``export-exits --int8``, ``aclpipe.exits.quantize``): what is
 quantized, the dev figures export.json records (against a plain loop over the sessions), the
 runtime and ``predict --precision int8``.
 
@@ -17,13 +17,13 @@ import pytest
 from test_export import SENTENCES, trained_folders
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit.export import export_exits
 from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 from aclpipe.early_exit.policies import exit_indices
 from aclpipe.early_exit.predict import predict_lines
-from aclpipe.early_exit.quantize import chain_logits, compare, int8_name
 from aclpipe.early_exit.tokens import pad
 from aclpipe.errors import UserError
+from aclpipe.exits.export import export_exits
+from aclpipe.exits.quantize import chain_logits, compare, int8_name
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON
 
 BATCH = 4

@@ -18,7 +18,6 @@ import torch
 from test_export import SENTENCES, trained_folders
 
 from aclpipe.data.tasks import TASKS
-from aclpipe.early_exit.export import export_exits, write_tokenizer_file
 from aclpipe.early_exit.inputs import records
 from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 from aclpipe.early_exit.policies import POLICIES, default_grid
@@ -26,6 +25,7 @@ from aclpipe.early_exit.predict import predict_lines
 from aclpipe.early_exit.runtime import EarlyExitRuntime
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
+from aclpipe.exits.export import export_exits, write_tokenizer_file
 from aclpipe.modeling.backbone import load_tokenizer
 from aclpipe.modeling.model import load_multi_exit
 

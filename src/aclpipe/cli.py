@@ -22,8 +22,8 @@ from rich.console import Console
 
 from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import CURVES_JSON, METRICS, REPORTS_README, RESULTS_MD, Layout
-from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
+from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
+from aclpipe.method_names import METHOD_NAMES, check_method  # predict loads nothing of training
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
@@ -193,8 +193,8 @@ def prepare(
     ] = None,
 ) -> None:
     """Read a GLUE task, subsample, tokenize, and save it under data/<task>/."""
-    from aclpipe.data.prepare import prepare as run_prepare
-    from aclpipe.data.prepare import resolve_glue_dir
+    from aclpipe.stages.prepare import prepare as run_prepare
+    from aclpipe.stages.prepare import resolve_glue_dir
 
     p = _load(params, set)
     glue, model = resolve_glue_dir(p.data, glue_dir), p.model
@@ -214,7 +214,7 @@ def finetune(
     set: SetOpt = None,
 ) -> None:
     """Train a method on a task; writes models/<task>/<method>/."""
-    from aclpipe.training.loop import finetune as run_finetune
+    from aclpipe.stages.finetune import finetune as run_finetune
 
     p = _load(params, set)
     for t, m in _task_methods(task, method, p):
@@ -232,8 +232,8 @@ def evaluate(
     set: SetOpt = None,
 ) -> None:
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
-    from aclpipe.evaluation.evaluate import evaluate as run_evaluate
     from aclpipe.modeling.device import pick_device
+    from aclpipe.stages.evaluate import evaluate as run_evaluate
 
     p = _load(params, set)
     device = pick_device(p.train.device)
@@ -266,15 +266,11 @@ def export_exits(
     PyTorch with onnxruntime), tokenizer.json, the default exit setting (the 1-point budget's
     pick from reports/<task>/<method>/curves.json), a self-contained model folder and the dev
     split's logits at every exit (dev_logits.npz)."""
-    from aclpipe.early_exit.export import export_exits as run_export
+    from aclpipe.stages.export import export as run_export
 
     p = _load(params, set)
     for t, m in _task_methods(task, method, p):
-        data, out = LAYOUT.data(t.name), LAYOUT.export(t.name, m)
-        curves = LAYOUT.report(t.name, m) / CURVES_JSON  # the default exit setting's source
-        reference = LAYOUT.report(t.name, "ce") / METRICS
-        run_export(t, LAYOUT.model(t.name, m), data, out, p.evaluate.batch_size, opset, console,
-                   curves, reference, int8)  # fmt: skip
+        out = run_export(t, m, p, LAYOUT, opset, int8, console)
         console.print(f"exported {out}", highlight=False)
 
 
@@ -455,7 +451,7 @@ def sts_eval(
     Spearman correlation between the cosine similarity of the pooled embeddings of the two
     sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
     setting). Prints a table and writes JSON."""
-    from aclpipe.data.prepare import resolve_glue_dir
+    from aclpipe.stages.prepare import resolve_glue_dir
     from aclpipe.study import sts_eval as sts
 
     p = _load(params, set)

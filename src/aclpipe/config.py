@@ -1,7 +1,9 @@
 """Typed, strict configuration read once from params.yaml.
 
-Each section of params.yaml is a dataclass below, with a comment per field; each stage takes
-only the sections it needs. ``methods.<name>`` fills that method's own knobs record, which
+Each section of params.yaml is a dataclass with a comment per field, defined beside what it
+configures (``data.config``, ``modeling.config``, ``training.config``, ``evaluation.config``;
+``pipeline`` below); this module only assembles them, and each stage takes only the sections
+it needs. ``methods.<name>`` fills that method's own knobs record, which
 lives with the method (``aclpipe.training.knobs.KNOBS``): a knob the method does not read
 is an unknown key. Unknown keys, wrong types and out-of-range values are
 ``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
@@ -16,15 +18,20 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
+from aclpipe.data.config import DataConfig
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
+from aclpipe.evaluation.config import EvaluateConfig
+from aclpipe.modeling.config import DEFAULT_MODEL, ModelConfig
+from aclpipe.training.config import TrainConfig
 from aclpipe.training.knobs import KNOBS, check_method
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# the sections, importable from here as before
+__all__ = ["DEFAULT_MODEL", "DataConfig", "EvaluateConfig", "ModelConfig", "Params", "TrainConfig"]
 
 
 @dataclass
@@ -34,70 +41,6 @@ class PipelineConfig:
     methods: list[str] = field(default_factory=lambda: ["ce", "joint", "deebert"])
     # trained methods that `dvc repro` exports for early exit (export-exits)
     export_methods: list[str] = field(default_factory=list)
-
-
-@dataclass
-class DataConfig:
-    # local classic glue_data folder; GLUE_DIR and --glue-dir override it
-    glue_dir: str | None = "../shared/glue"
-    hub_id: str = "nyu-mll/glue"  # used when the local folder lacks the task
-    max_length: int = 128  # tokens per example after truncation (pairs truncated longest-first)
-    max_train_samples: int | None = None  # deterministic subsample of train (None: all)
-    max_eval_samples: int | None = None  # deterministic subsample of each dev split (None: all)
-    seed: int = 42  # seed of the subsampling and of the validation split
-    # share of train held out as the validation split (stratified by label, fixed by seed),
-    # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
-    validation_fraction: float = 0.0
-
-
-@dataclass
-class ModelConfig:
-    name: str = DEFAULT_MODEL  # hub id or local folder; the default resolves offline from a package
-    # cls | mean | layer-attention | auto (mean for sentence-transformers checkpoints, else cls)
-    pooling: str = "auto"
-    exits: list[int] | None = None  # 1-based layers with an exit head (None: every layer)
-    dropout: float | None = None  # exit-head dropout (None: the backbone's hidden_dropout_prob)
-    label_embedding: str = "classifier"  # classifier (rows of W_k) | separate (own [C, d] table)
-    trust_remote_code: bool = False  # allow a hub model's own Python code to run
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = 3  # epochs per stage
-    batch_size: int = 32  # per process
-    # batches of rows of similar length (less padding; HF Trainer's group_by_length), in a
-    # shuffled order, longest first (aclpipe.training.batch_order); false: a plain shuffle.
-    # ~2x faster on SST-2, same dev score for ce, but acl-cl's inner exits lost 1-2.6 points
-    # (README, Benchmarks): off unless asked for
-    group_by_length: bool = False
-    # run the encoder's linear layers on real tokens only, padding skipped (the same function,
-    # draw for draw; aclpipe.modeling.padding_free): auto = where the family supports it
-    # (BERT, MiniLM, RoBERTa, ELECTRA), true = required (an error elsewhere), false = padded
-    padding_free: Literal["auto", True, False] = "auto"
-    lr: float = 2e-5  # encoder learning rate
-    head_lr: float = 1e-3  # learning rate of newly initialised parts (exit heads, poolers)
-    weight_decay: float = 0.01  # AdamW, not on bias and LayerNorm
-    warmup_ratio: float = 0.1  # linear warm-up share of each stage's steps, then linear decay
-    max_grad_norm: float = 1.0  # gradient clipping (0: off)
-    seed: int = 42
-    device: str = "auto"  # auto | cpu | cuda
-    log_every: int = 10  # steps between progress lines when stdout is not a terminal
-    save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
-    # also record gradient cosines for plain-sum methods (costs a second backward pass)
-    record_angles: bool = False
-
-
-@dataclass
-class EvaluateConfig:
-    batch_size: int = 64  # all-exit forward passes over the dev split
-    sweep: bool = True  # multi-exit models: sweep every exit policy over a threshold grid
-    grid_points: int = 11  # thresholds per policy for entropy and confidence (patience: 1..E-1)
-    patience_eps: float = 0.1  # patience on regression (STS-B): outputs agree when |diff| < eps
-    timing_examples: int = 128  # dev examples the speed-ups are measured on (0: no timing)
-    timing_repeats: int = 3  # timed repeats after a warm-up; the median is reported
-    # engines the speed-ups are timed on: torch (PyTorch eager) and onnx (ONNX Runtime on the
-    # segments, exported for the sweep into a temporary folder; needs onnxruntime)
-    engines: list[Literal["torch", "onnx"]] = field(default_factory=lambda: ["torch", "onnx"])
 
 
 @dataclass

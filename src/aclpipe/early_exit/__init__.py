@@ -1,3 +1,5 @@
-"""Early exit: pure per-sample exit policies (``policies``), the layer-by-layer runtime
-(``runtime``) and prediction (``predict``), which serve without the training stack; the
-export stage (``export``) and the timed policy sweeps (``sweep``), which read prepared data."""
+"""Early exit, served: pure per-sample exit policies (``policies``), exit settings
+(``settings``), the layer-by-layer runtimes on PyTorch (``runtime``, ``torch_engine``) and
+ONNX Runtime (``onnx_runtime``), input reading and tokenizing (``inputs``, ``tokens``) and
+prediction (``predict``); nothing here trains, prepares data or scores. The files it serves
+are made by ``aclpipe.exits``."""

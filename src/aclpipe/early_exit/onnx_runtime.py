@@ -1,7 +1,7 @@
 """The early-exit runtime on ONNX Runtime: the exported segments chained, stopping per sample.
 
 The same algorithm as the PyTorch runtime (``aclpipe.early_exit.runtime``) over the graphs
-``export-exits`` writes (``aclpipe.early_exit.segments``): ``embeddings.onnx`` gives
+``export-exits`` writes (``aclpipe.exits.segments``): ``embeddings.onnx`` gives
 ``states``; segment ``j`` runs the layers up to exit ``j`` and that exit's head. After each
 exit the SAME pure policy (``aclpipe.early_exit.policies.leaves``) decides, sample by sample,
 who leaves; those rows leave ``states`` and the mask, and padding columns only finished rows
@@ -98,7 +98,7 @@ def check_precision(precision: str, record: dict | None, folder: Path) -> None:
 
 def segment_files(record: dict, precision: str, folder: Path) -> list[str]:
     """The segments to chain: the exported ones (fp32), or their int8 copies
-    (``export-exits --int8``, ``aclpipe.early_exit.quantize``)."""
+    (``export-exits --int8``, ``aclpipe.exits.quantize``)."""
     check_precision(precision, record, folder)
     if precision == "fp32":
         return [s["file"] for s in record["segments"]]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from aclpipe.early_exit.policies import check_policy, check_threshold, step, window_size
-from aclpipe.modeling.layerwise import check_layerwise
+from aclpipe.modeling.layer_guard import check_layerwise
 from aclpipe.modeling.model import MultiExitModel
 
 

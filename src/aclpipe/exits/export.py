@@ -1,9 +1,9 @@
-"""The export stage: a trained multi-exit model as files a serving system can load alone.
+"""Export: a trained multi-exit model as files a serving system can load alone.
 
 ``export_exits`` writes, atomically, into ``models/<task>/<method>/export/``:
 
 - ``embeddings.onnx`` and ``segment_<k>.onnx`` per exit ``k``: the model cut into graphs an
-  early-exit runtime chains (``aclpipe.early_exit.segments``; ``early_exit.onnx_runtime`` runs
+  early-exit runtime chains (``aclpipe.exits.segments``; ``early_exit.onnx_runtime`` runs
   them). ``embeddings.onnx``: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when
   the tokenizer makes them and the embeddings read them), ``[batch, sequence]`` int64 ->
   ``states``; segment ``k``: ``states``, ``attention_mask`` -> ``states``, ``logits [batch,
@@ -21,7 +21,7 @@
 - ``export.json``: task, label names, exits, pooling, the graphs with their max abs
   differences (per graph and for the chain), the tolerance, the default exit setting
   (``aclpipe.early_exit.settings``), opset, versions;
-- with ``int8``: ``segment_<k>.int8.onnx`` per exit (``aclpipe.early_exit.quantize``) and,
+- with ``int8``: ``segment_<k>.int8.onnx`` per exit (``aclpipe.exits.quantize``) and,
   in export.json under ``int8``, what they score on dev against the model.
 """
 
@@ -39,10 +39,10 @@ from aclpipe import atomic
 from aclpipe.data.prepared import load_split
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.policies import NO_EXIT
-from aclpipe.early_exit.segments import write_segments
 from aclpipe.early_exit.settings import choose_default, fallback
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, split_labels
+from aclpipe.exits.segments import write_segments
 from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, EXPORT_MODEL, EXPORT_TOKENIZER, TASK_FILE
 from aclpipe.modeling.backbone import load_tokenizer_from
 from aclpipe.modeling.batching import collate
@@ -151,8 +151,8 @@ def write_int8(task: Task, model: MultiExitModel, rows: list[dict], logits: dict
                report: dict, folder: Path, batch_size: int) -> dict:  # fmt: skip
     """Int8 copies of the segments in ``folder``, and their dev figures against the model's
     ``logits`` (``dev_logits``) at every exit and at the export's default setting."""
-    from aclpipe.early_exit import quantize
     from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+    from aclpipe.exits import quantize
 
     files = quantize.quantize_segments(folder, [s["file"] for s in report["segments"]])
     runtime = OnnxEarlyExit(folder, NO_EXIT, None, precision="int8",
@@ -205,7 +205,7 @@ def export_exits(
         console: where to print the parity lines.
         curves_path, reference_path: the method's ``curves.json`` and ce's ``metrics.json``,
             from which the default exit setting is chosen (``aclpipe.early_exit.settings``).
-        int8: also write int8 segments and measure them on dev (``early_exit.quantize``).
+        int8: also write int8 segments and measure them on dev (``exits.quantize``).
 
     Returns:
         The ``export.json`` record.

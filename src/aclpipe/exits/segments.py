@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from aclpipe.errors import UserError
-from aclpipe.modeling.layerwise import check_layerwise
+from aclpipe.modeling.layer_guard import check_layerwise
 from aclpipe.modeling.model import MultiExitModel
 
 EMBEDDINGS = "embeddings.onnx"

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 from aclpipe.data.tasks import Task
-from aclpipe.early_exit.export import write_timing_segments
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES, default_grid, exit_indices
 from aclpipe.early_exit.runtime import EarlyExitRuntime, full_forward
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import task_score
 from aclpipe.evaluation.scoring import setting_outcome
+from aclpipe.exits.export import write_timing_segments
 from aclpipe.modeling.batching import collate
 from aclpipe.modeling.model import MultiExitModel
 

@@ -6,8 +6,9 @@ besides the hidden states is family business: BERT's layers take an additive att
 MPNet's also the relative position bias its encoder computes once per batch; DeBERTa-v2's a
 0/1 mask over token pairs, relative positions and relative embeddings (and, in checkpoints
 with a convolution, a conv block after layer 1). A ``LayerRunner`` per family (``RUNNERS``,
-keyed by ``config.model_type``) holds that, read off transformers 5's encoder forwards;
-``forward_to_exits`` is the one loop over it, and ``check_layerwise`` verifies, once per
+keyed by ``config.model_type``) holds that, read off transformers 5's encoder forwards.
+These runners sit below the model: ``aclpipe.modeling.model.forward_to_exits`` is the one loop
+over them that reads the exit heads, and ``aclpipe.modeling.layer_guard`` verifies, once per
 model, that the layer run reproduces the model's forward on a probe batch.
 """
 
@@ -16,22 +17,12 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from aclpipe.errors import UserError
-
-if TYPE_CHECKING:
-    from aclpipe.modeling.model import ExitHead, MultiExitModel
-
-# Layer by layer against forward, logits at every exit, on the probe batch: at most this
-# times max(1, the largest |logit|). Measured: 0 on tiny random models of every family in
-# RUNNERS and on all-MiniLM-L6-v2 (the same batch, the same kernels); the no-mask shortcut on
-# other batches, about 1e-6. A layer fed wrong inputs (no mask, no position bias) is off by
-# 1e-4 (a random MPNet's near-zero bias table) to 1e-1 and more.
-GUARD_TOLERANCE = 1e-5
 
 LayerCall = Callable[[torch.Tensor, Any], torch.Tensor]  # (hidden [B, T, H], inputs) -> hidden
 
@@ -152,7 +143,6 @@ RUNNERS: dict[str, type[LayerRunner]] = {
 }
 
 _runners: weakref.WeakKeyDictionary[nn.Module, LayerRunner] = weakref.WeakKeyDictionary()
-_verdicts: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
 
 
 def _layer_stack(encoder: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
@@ -176,90 +166,3 @@ def runner_for(encoder: nn.Module) -> LayerRunner:
             )
         runner = _runners[encoder] = RUNNERS[model_type](encoder)
     return runner
-
-
-def forward_to_exits(
-    runner: LayerRunner,
-    heads: list[ExitHead],
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    token_type_ids: torch.Tensor | None = None,
-    skip_unpadded_mask: bool = True,
-) -> list[torch.Tensor]:
-    """Logits ``[B, C]`` of each of ``heads`` (ascending layers): the embeddings, then layers
-    ``1..`` the deepest head's, each head read right after its layer.
-
-    ``skip_unpadded_mask``: build no mask when no token is padding (the runtime's shortcut); an
-    exported graph keeps the mask (no branch on data)."""
-    hidden = runner.embed(input_ids, attention_mask, token_type_ids)  # [B, T, H]
-    unpadded = skip_unpadded_mask and bool(attention_mask.all())
-    mask = None if unpadded else attention_mask
-    inputs = runner.inputs(hidden, mask)
-    keep_all = any(head.pooler.reads_all_layers for head in heads)
-    at_layer = {head.layer: head for head in heads}
-    kept, logits = [hidden], []  # h_0..h_k, or h_k alone when no pooler reads them all
-    for depth, call in enumerate(runner.calls[: heads[-1].layer], start=1):
-        hidden = call(hidden, inputs)
-        kept = kept + [hidden] if keep_all else [hidden]
-        if depth in at_layer:
-            logits.append(at_layer[depth].logits(kept, mask))  # [B, C]
-    return logits
-
-
-def probe_batches(config) -> list[dict[str, torch.Tensor]]:
-    """Two short rows of different lengths (right-padded), then the shorter alone (no padding):
-    real token ids above the usual special ids, token types where the model has them."""
-    vocab, low = config.vocab_size, min(5, config.vocab_size - 1)
-    lengths, batches = [6, 4], []
-    ids = torch.zeros(2, 6, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = low + (torch.arange(n) * 7 + row * 3) % (vocab - low)
-        mask[row, :n] = 1
-    ids[mask == 0] = config.pad_token_id or 0
-    types = (torch.arange(6) >= 3).long().expand(2, 6) * mask
-    with_types = (getattr(config, "type_vocab_size", 0) or 0) > 1
-    for rows, width in ((slice(0, 2), 6), (slice(1, 2), lengths[1])):
-        batch = {"input_ids": ids[rows, :width], "attention_mask": mask[rows, :width]}
-        if with_types:
-            batch["token_type_ids"] = types[rows, :width]
-        batches.append(batch)
-    return batches
-
-
-def check_layerwise(model: MultiExitModel) -> float:
-    """Raise ``UserError`` unless the layer run reproduces ``model``'s forward: logits at every
-    exit on ``probe_batches``, within ``GUARD_TOLERANCE`` (eval mode). Returns the largest
-    difference. Run once per model object (the verdict is kept), so building many runtimes
-    on one model, as a sweep does, costs one check."""
-    if model in _verdicts:
-        return _verdicts[model]
-    name = type(model.encoder).__name__
-    runner = runner_for(model.encoder)
-    training = model.training
-    model.eval()
-    worst, scale = 0.0, 1.0
-    try:
-        with torch.inference_mode():
-            for batch in probe_batches(model.encoder.config):
-                expected = model(**batch).logits  # [E, b, C]
-                try:
-                    got = torch.stack(forward_to_exits(runner, list(model.heads), **batch))
-                except Exception as err:  # a layer that takes other inputs fails in many ways
-                    reason = (str(err).strip().splitlines() or [""])[0][:200]
-                    raise UserError(
-                        f"early exit layer by layer cannot run {name}: "
-                        f"{type(err).__name__}: {reason}"
-                    ) from err
-                worst = max(worst, float((got - expected).abs().max()))
-                scale = max(scale, float(expected.abs().max()))
-    finally:
-        model.train(training)
-    if not worst <= GUARD_TOLERANCE * scale:  # also catches NaN
-        raise UserError(
-            f"early exit layer by layer does not reproduce {name}'s forward (max diff "
-            f"{worst:.2e} > {GUARD_TOLERANCE * scale:.1e}): its layers need inputs this runner "
-            "does not give them; use a supported encoder or extend aclpipe.modeling.layerwise"
-        )
-    _verdicts[model] = worst
-    return worst

@@ -20,7 +20,7 @@ from torch import nn
 
 from aclpipe.errors import UserError
 from aclpipe.layout import MODEL_CONFIG, WEIGHTS
-from aclpipe.modeling.layerwise import LayerRunner, forward_to_exits, runner_for
+from aclpipe.modeling.layerwise import LayerRunner, runner_for
 from aclpipe.modeling.padding_free import padding_free_hidden_states
 from aclpipe.modeling.pooling import ClsPooler, LayerAttentionPooler, MeanPooler
 
@@ -94,6 +94,34 @@ class ExitHead(nn.Module):
         (for mean pooling: a masked mean and a linear map). ``hidden`` may be ``[h_k]`` alone
         unless ``pooler.reads_all_layers``."""
         return self.classify(self.pooler.pool(hidden, mask))  # [B, C]
+
+
+def forward_to_exits(
+    runner: LayerRunner,
+    heads: list[ExitHead],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None = None,
+    skip_unpadded_mask: bool = True,
+) -> list[torch.Tensor]:
+    """Logits ``[B, C]`` of each of ``heads`` (ascending layers): the embeddings, then layers
+    ``1..`` the deepest head's, each head read right after its layer.
+
+    ``skip_unpadded_mask``: build no mask when no token is padding (the runtime's shortcut); an
+    exported graph keeps the mask (no branch on data)."""
+    hidden = runner.embed(input_ids, attention_mask, token_type_ids)  # [B, T, H]
+    unpadded = skip_unpadded_mask and bool(attention_mask.all())
+    mask = None if unpadded else attention_mask
+    inputs = runner.inputs(hidden, mask)
+    keep_all = any(head.pooler.reads_all_layers for head in heads)
+    at_layer = {head.layer: head for head in heads}
+    kept, logits = [hidden], []  # h_0..h_k, or h_k alone when no pooler reads them all
+    for depth, call in enumerate(runner.calls[: heads[-1].layer], start=1):
+        hidden = call(hidden, inputs)
+        kept = kept + [hidden] if keep_all else [hidden]
+        if depth in at_layer:
+            logits.append(at_layer[depth].logits(kept, mask))  # [B, C]
+    return logits
 
 
 class MultiExitModel(nn.Module):

@@ -12,11 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from aclpipe import atomic
-from aclpipe.config import EvaluateConfig
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
-from aclpipe.early_exit.sweep import check_engines, quality_sweep, sweep
 from aclpipe.evaluation import caveats
+from aclpipe.evaluation.config import EvaluateConfig
 from aclpipe.evaluation.scoring import (
     all_exit_logits,
     exit_scores,
@@ -24,6 +23,7 @@ from aclpipe.evaluation.scoring import (
     majority_scores,
     split_labels,
 )
+from aclpipe.exits.sweep import check_engines, quality_sweep, sweep
 from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, PREDICTIONS, VALIDATION
 from aclpipe.modeling.model import load_multi_exit
 from aclpipe.run_log import has_run_log, read_run_log

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from aclpipe import atomic
-from aclpipe.config import DataConfig
+from aclpipe.data.config import DataConfig
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task

@@ -22,7 +22,7 @@ from aclpipe.config import Params
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
 from aclpipe.run_log import read_run_log
-from aclpipe.training.loop import finetune
+from aclpipe.stages.finetune import finetune
 
 
 def read_angles(run_dir: Path) -> tuple[list[float], list[bool]]:

@@ -291,7 +291,7 @@ def _tuning(body: Any, path: Path) -> Tuning:
 
 
 def prepare_task(campaign: Campaign, task_name: str, console: Console) -> dict:
-    from aclpipe.data.prepare import prepare, resolve_glue_dir
+    from aclpipe.stages.prepare import prepare, resolve_glue_dir
 
     task, params = get_task(task_name), campaign.params(task_name)
     return prepare(
@@ -367,9 +367,9 @@ def _train_and_score(
     """Train (resuming if cut off), score every exit on dev and validation, sweep; write
     ``out`` atomically (run.json last) and drop the weights."""
     from aclpipe.data.prepared import load_meta
-    from aclpipe.evaluation.evaluate import evaluate
     from aclpipe.modeling.device import pick_device
-    from aclpipe.training.loop import finetune
+    from aclpipe.stages.evaluate import evaluate
+    from aclpipe.stages.finetune import finetune
 
     task = get_task(task_name)
     data_dir = campaign.layout.data(task.name)

@@ -4,7 +4,7 @@ The reference is the full ``ce`` model's dev score. For a budget of ``b`` points
 method's admissible settings are those of its early-exit sweep (``curves.json``), and its full
 model, that score at least ``reference - b / 100``; we report the one with the best layer
 speed-up, with that same setting's measured speed-ups at batch 1 and 32, per engine
-(``aclpipe.early_exit.sweep``): PyTorch early exit over the PyTorch full model, ONNX Runtime's
+(``aclpipe.exits.sweep``): PyTorch early exit over the PyTorch full model, ONNX Runtime's
 over its own full model, and ONNX Runtime's over the PyTorch full model; "-" where a
 curves.json holds no such timing (older ones, or ``evaluate.engines: [torch]``). Also the score
 of every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``.

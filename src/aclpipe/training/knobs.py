@@ -1,11 +1,12 @@
 """The methods and their knobs: one typed record per method, each default written once.
 
-This is the method table that everything else asks: the CLI's help and checks, the config
+This is the method table that everything else asks: the config
 (``params.yaml``'s ``methods.<name>`` sections fill these records, strictly: a knob a method
 does not read is an error), the campaign, and ``aclpipe.training.methods``, which builds
 each method's stages from its record. It imports nothing heavy (no torch), so that listing or
-checking a method name costs nothing and the serving path (``aclpipe predict``) stays free
-of the training code. Definitions and defaults: ../shared/METHODS.md.
+checking a method name costs nothing; the names alone, and their check, are in
+``aclpipe.method_names``, which the command line reads so that ``aclpipe predict`` loads
+nothing of training. Definitions and defaults: ../shared/METHODS.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from aclpipe.errors import UserError
+from aclpipe.method_names import METHOD_NAMES, check_method
+
+__all__ = ["KNOBS", "METHOD_NAMES", "check_method"]  # the names and their check, as before
 
 # Parameters a gradient rule looks at: every encoder parameter | the transformer layers' weight
 # matrices (RomeBERT's GR) | every trained parameter (METHODS.md, "Scopes").
@@ -86,7 +89,8 @@ class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
     sd: bool = False  # add the KL self-distillation term (an ablation)
 
 
-# The method table: name -> its knobs record (the order is the CLI's and the reports').
+# The method table: name -> its knobs record, under aclpipe.method_names' names in its order
+# (the CLI's and the reports'; tests/test_layering.py checks the two agree).
 KNOBS: dict[str, type] = {
     "ce": NoKnobs,
     "scl": SclKnobs,
@@ -97,13 +101,3 @@ KNOBS: dict[str, type] = {
     "romebert": RomebertKnobs,
     "acl-cl": AclClKnobs,
 }
-METHOD_NAMES: tuple[str, ...] = tuple(KNOBS)
-
-
-def check_method(name: str, problem: str | None = None) -> str:
-    """``name`` if it is a method; else a one-line ``UserError``: ``problem`` (default
-    ``unknown method 'name'``) followed by the valid names. Every method check goes here."""
-    if not isinstance(name, str) or name not in KNOBS:
-        what = problem or f"unknown method {name!r}"
-        raise UserError(f"{what}: use one of {', '.join(METHOD_NAMES)}")
-    return name

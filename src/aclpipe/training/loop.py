@@ -1,4 +1,5 @@
-"""The finetune stage: one written-out training loop on accelerate.
+"""The training loop, written out, on accelerate (the finetune stage, ``aclpipe.stages.finetune``,
+reads params.yaml's sections and calls :func:`train`).
 
 Methods change *what* is computed (``aclpipe.training.methods``), never the loop's shape: for each
 stage of the method, for each epoch, for each batch: forward (all exits), main and auxiliary
@@ -25,7 +26,6 @@ import torch
 from rich.console import Console
 
 from aclpipe import atomic
-from aclpipe.config import Params
 from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
@@ -33,6 +33,7 @@ from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_label
 from aclpipe.layout import MODEL_CONFIG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
 from aclpipe.modeling.batching import collate
+from aclpipe.modeling.config import ModelConfig
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.modeling.padding_free import use_padding_free
@@ -45,6 +46,7 @@ from aclpipe.training.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from aclpipe.training.config import TrainConfig
 from aclpipe.training.distributed import (
     all_reduce_mean,
     gather_labels,
@@ -54,7 +56,7 @@ from aclpipe.training.distributed import (
     shard,
 )
 from aclpipe.training.grad_rules import combine_gradients, scope_mask
-from aclpipe.training.methods import LossInputs, Method, Stage, build_method
+from aclpipe.training.methods import LossInputs, Method, Stage
 from aclpipe.training.progress import TrainProgress
 
 
@@ -66,14 +68,14 @@ def set_seed(seed: int) -> None:
 
 def make_spec(
     method: Method,
-    params: Params,
+    model_cfg: ModelConfig,
     num_layers: int,
     num_labels: int,
     resolved_model: str,
     backbone_dropout: float,
 ) -> ExitSpec:
     """Exit layers, pooling and dropout for this method and model."""
-    exits = params.model.exits or list(range(1, num_layers + 1))
+    exits = model_cfg.exits or list(range(1, num_layers + 1))
     if any(not 1 <= k <= num_layers for k in exits):
         raise UserError(
             f"model.exits {exits} must be layers in 1..{num_layers} "
@@ -87,21 +89,21 @@ def make_spec(
             "list two or more layers, or set model.exits to null for every layer"
         )
     checkpoint_pooling = default_pooling(resolved_model)
-    pooling = params.model.pooling
+    pooling = model_cfg.pooling
     if pooling == "auto":
         pooling = checkpoint_pooling
-    dropout = params.model.dropout if params.model.dropout is not None else backbone_dropout
+    dropout = model_cfg.dropout if model_cfg.dropout is not None else backbone_dropout
     return ExitSpec(
         num_labels=num_labels,
         exits=sorted(set(exits)),
         pooling=pooling,
         dropout=dropout,
-        label_embedding=params.model.label_embedding,
+        label_embedding=model_cfg.label_embedding,
         cls_from_mean=checkpoint_pooling == "mean",
     )
 
 
-def build_optimizer(model: MultiExitModel, trains: tuple[str, ...], params: Params):
+def build_optimizer(model: MultiExitModel, trains: tuple[str, ...], t: TrainConfig):
     """AdamW over the stage's parameter groups; no decay on bias and LayerNorm; new parts at
     ``head_lr``. Parameters outside the stage are frozen (``requires_grad=False``)."""
     groups = model.parameter_groups()
@@ -112,7 +114,6 @@ def build_optimizer(model: MultiExitModel, trains: tuple[str, ...], params: Para
         if name in trained:
             no_decay = p.dim() < 2 or "LayerNorm" in name or "layer_norm" in name
             buckets.setdefault((name.startswith("encoder."), no_decay), []).append(p)
-    t = params.train
     param_groups = [
         {
             "params": ps,
@@ -176,15 +177,23 @@ def global_batches(n: int, batch_size: int, processes: int) -> int:
     return full + (rest >= processes)
 
 
-def run_fingerprint(task: Task, method: Method, params: Params, meta: dict, processes: int) -> str:
+def run_fingerprint(
+    task: Task,
+    method: Method,
+    knobs: Any,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    meta: dict,
+    processes: int,
+) -> str:
     """What a checkpoint must match to be resumed: everything that changes the arithmetic."""
-    train = {k: v for k, v in dataclasses.asdict(params.train).items() if k not in _NOT_ARITHMETIC}
+    train = {k: v for k, v in dataclasses.asdict(train_cfg).items() if k not in _NOT_ARITHMETIC}
     return fingerprint(
         {
             "task": task.name,
             "method": method.name,
-            "knobs": dataclasses.asdict(params.method(method.name)),
-            "model": dataclasses.asdict(params.model),
+            "knobs": dataclasses.asdict(knobs),
+            "model": dataclasses.asdict(model_cfg),
             "train": train,
             "data": meta,
             "processes": processes,
@@ -195,10 +204,13 @@ def run_fingerprint(task: Task, method: Method, params: Params, meta: dict, proc
 _NOT_ARITHMETIC = ("log_every", "save_every", "device")
 
 
-def finetune(
+def train(
     task: Task,
-    method_name: str,
-    params: Params,
+    method: Method,
+    knobs: Any,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    eval_batch_size: int,
     data_dir: Path,
     out_dir: Path,
     console: Console | None = None,
@@ -206,7 +218,9 @@ def finetune(
     progress: TrainProgress | None = None,
     collate: Callable[[list[dict], int, bool], dict[str, torch.Tensor]] = collate,
 ) -> dict:
-    """Train ``method_name`` on ``task``; write the model and its logs into ``out_dir``.
+    """Train ``method`` (built from its ``knobs`` record) on ``task``; write the model and its
+    logs into ``out_dir``. ``model_cfg`` and ``train_cfg`` are params.yaml's ``model:`` and
+    ``train:`` sections; ``eval_batch_size`` batches the dev scores at each epoch's end.
 
     Resumes from ``<out_dir>/../.<method>.checkpoint`` when a run with the same params was
     interrupted; the checkpoint is written every ``train.save_every`` steps and at each epoch's
@@ -215,10 +229,9 @@ def finetune(
     ``collate`` pads a list of rows into a batch (``aclpipe.modeling.batching.collate``).
     """
     console = console or Console()
-    method = build_method(method_name, params.method(method_name))
-    run = _load_run(task, method, params, data_dir, out_dir)
-    start = _resume(run, method, task, params.train.epochs, console)  # where training starts
-    model, accelerator, t = run.model, run.accelerator, params.train
+    run = _load_run(task, method, knobs, model_cfg, train_cfg, data_dir, out_dir)
+    start = _resume(run, method, task, train_cfg.epochs, console)  # where training starts
+    model, accelerator, t = run.model, run.accelerator, train_cfg
     model.to(accelerator.device)
     rank, processes = accelerator.process_index, accelerator.num_processes
     if progress is None:
@@ -238,7 +251,7 @@ def finetune(
     for stage_index, stage in enumerate(method.stages[at.stage :], start=at.stage):
         resuming = stage_index == at.stage  # this stage was under way at the checkpoint
         optimizer, scheduler = _stage_optimizer(
-            model, stage, params, run.per_epoch, start if resuming else None
+            model, stage, t, run.per_epoch, start if resuming else None
         )
         wrapped = accelerator.prepare_model(model)  # DDP over several processes
         named_trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -295,7 +308,7 @@ def finetune(
                 if t.save_every and global_step % t.save_every == 0 and index + 1 < run.per_epoch:
                     checkpoint(Position(stage_index, epoch, index + 1, global_step))
             if accelerator.is_main_process:
-                scores = _dev_scores(run, task, params.evaluate.batch_size)
+                scores = _dev_scores(run, task, eval_batch_size)
                 history.append(
                     {
                         "stage": stage_index + 1,
@@ -308,17 +321,17 @@ def finetune(
             checkpoint(Position(stage_index, epoch + 1, 0, global_step))
         progress.stop()
     if accelerator.is_main_process:
-        _write_model(run, task, method, params, out_dir, history, step_log)
+        _write_model(run, task, method, model_cfg, out_dir, history, step_log)
     accelerator.wait_for_everyone()
     return {"exits": run.spec.exits, "history": history}
 
 
-# Set-up and resume: everything finetune does once, before its first batch ------------------
+# Set-up and resume: everything train does once, before its first batch ---------------------
 
 
 @dataclass
 class _Run:
-    """What ``finetune`` sets up once: processes, data, model and where checkpoints go."""
+    """What ``train`` sets up once: processes, data, model and where checkpoints go."""
 
     accelerator: Any  # accelerate.Accelerator: device, processes, DDP
     model: MultiExitModel
@@ -334,19 +347,26 @@ class _Run:
     fingerprint: str  # what a checkpoint must match to be resumed
 
 
-def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_dir: Path) -> _Run:
+def _load_run(
+    task: Task,
+    method: Method,
+    knobs: Any,
+    model_cfg: ModelConfig,
+    t: TrainConfig,
+    data_dir: Path,
+    out_dir: Path,
+) -> _Run:
     """Read the prepared data, start the processes and build the model (seeded as a single
     process would be: the same heads everywhere, process 0's dropout as one process's)."""
     from accelerate import Accelerator, DistributedDataParallelKwargs
 
     meta = load_meta(data_dir)
-    if meta["model"] != params.model.name:
+    if meta["model"] != model_cfg.name:
         raise UserError(
             f"{data_dir} was tokenized for {meta['model']!r} but model.name is "
-            f"{params.model.name!r}: run `aclpipe prepare --task {task.name}` again"
+            f"{model_cfg.name!r}: run `aclpipe prepare --task {task.name}` again"
         )
     train_rows, dev_rows = load_split(data_dir, "train"), load_split(data_dir, _dev(task))
-    t = params.train
     accelerator = Accelerator(
         cpu=pick_device(t.device) == "cpu",
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
@@ -359,13 +379,13 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
             f"{processes} processes: prepare more examples or run fewer processes"
         )
     set_seed(t.seed)  # the same initial heads in every process
-    encoder = load_encoder(params.model.name, params.model.trust_remote_code)
+    encoder = load_encoder(model_cfg.name, model_cfg.trust_remote_code)
     spec = make_spec(
         method,
-        params,
+        model_cfg,
         encoder.config.num_hidden_layers,
         task.num_labels,
-        resolve_model(params.model.name),
+        resolve_model(model_cfg.name),
         getattr(encoder.config, "hidden_dropout_prob", 0.1),
     )
     model = MultiExitModel(encoder, spec)
@@ -382,7 +402,7 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
         per_epoch,
         use_padding_free(t.padding_free, encoder),
         checkpoint_dir(out_dir),
-        run_fingerprint(task, method, params, meta, processes),
+        run_fingerprint(task, method, knobs, model_cfg, t, meta, processes),
     )
 
 
@@ -415,15 +435,13 @@ def _resume(run: _Run, method: Method, task: Task, epochs: int, console: Console
 def _stage_optimizer(
     model: MultiExitModel,
     stage: Stage,
-    params: Params,
+    t: TrainConfig,
     per_epoch: int,
     resumed: TrainingState | None,
 ):
     """The stage's optimizer and schedule, with their state if the stage is being resumed."""
-    optimizer = build_optimizer(model, stage.trains, params)
-    scheduler = linear_schedule(
-        optimizer, params.train.epochs * per_epoch, params.train.warmup_ratio
-    )
+    optimizer = build_optimizer(model, stage.trains, t)
+    scheduler = linear_schedule(optimizer, t.epochs * per_epoch, t.warmup_ratio)
     if resumed is not None and resumed.optimizer_state:
         optimizer.load_state_dict(resumed.optimizer_state)
         scheduler.load_state_dict(resumed.scheduler_state)
@@ -475,15 +493,15 @@ def _write_model(
     run: _Run,
     task: Task,
     method: Method,
-    params: Params,
+    model_cfg: ModelConfig,
     out_dir: Path,
     history: list,
     step_log: list,
 ) -> None:
     """The trained model, its tokenizer and logs, written atomically; then the checkpoint goes."""
     with atomic.atomic_files(out_dir, last=MODEL_CONFIG) as tmp:
-        run.model.save(tmp, base_model=params.model.name)
-        _save_tokenizer(params, tmp / TOKENIZER)
+        run.model.save(tmp, base_model=model_cfg.name)
+        _save_tokenizer(model_cfg, tmp / TOKENIZER)
         record = {
             "task": task.name,
             "method": method.name,
@@ -499,10 +517,10 @@ def _dev(task: Task) -> str:
     return task.dev_splits[0][0]
 
 
-def _save_tokenizer(params: Params, folder: Path) -> None:
+def _save_tokenizer(model_cfg: ModelConfig, folder: Path) -> None:
     from aclpipe.modeling.backbone import load_tokenizer
 
-    load_tokenizer(params.model.name, params.model.trust_remote_code).save_pretrained(str(folder))
+    load_tokenizer(model_cfg.name, model_cfg.trust_remote_code).save_pretrained(str(folder))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,33 @@
+"""The training loop's knobs (params.yaml's ``train:`` section). A method's own knobs are in
+``aclpipe.training.knobs``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 3  # epochs per stage
+    batch_size: int = 32  # per process
+    # batches of rows of similar length (less padding; HF Trainer's group_by_length), in a
+    # shuffled order, longest first (aclpipe.training.batch_order); false: a plain shuffle.
+    # ~2x faster on SST-2, same dev score for ce, but acl-cl's inner exits lost 1-2.6 points
+    # (README, Benchmarks): off unless asked for
+    group_by_length: bool = False
+    # run the encoder's linear layers on real tokens only, padding skipped (the same function,
+    # draw for draw; aclpipe.modeling.padding_free): auto = where the family supports it
+    # (BERT, MiniLM, RoBERTa, ELECTRA), true = required (an error elsewhere), false = padded
+    padding_free: Literal["auto", True, False] = "auto"
+    lr: float = 2e-5  # encoder learning rate
+    head_lr: float = 1e-3  # learning rate of newly initialised parts (exit heads, poolers)
+    weight_decay: float = 0.01  # AdamW, not on bias and LayerNorm
+    warmup_ratio: float = 0.1  # linear warm-up share of each stage's steps, then linear decay
+    max_grad_norm: float = 1.0  # gradient clipping (0: off)
+    seed: int = 42
+    device: str = "auto"  # auto | cpu | cuda
+    log_every: int = 10  # steps between progress lines when stdout is not a terminal
+    save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
+    # also record gradient cosines for plain-sum methods (costs a second backward pass)
+    record_angles: bool = False
