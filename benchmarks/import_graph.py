@@ -27,7 +27,7 @@ TIERS = (
     ("data", "early_exit"),  # prepared data; serving (policies, runtimes, predict)
     ("evaluation",),  # metrics and scores
     ("exits", "training"),  # offline export and sweeps; the training loop and methods
-    ("config",),  # params.yaml assembled from the sections the packages define
+    ("config", "cli_options"),  # params.yaml assembled from the sections; the CLI's shared parts
     ("stages",),  # the pipeline's stage functions
     ("study",),  # the campaign, reports and experiments built on the stages
     ("cli", "__main__"),  # the face

@@ -136,6 +136,9 @@ def test_inference_never_imports_training_or_the_stages() -> None:
 # loss_utils.py) when the torch engine loads the model; aclpipe's own modules must not.
 FORBIDDEN = ("sklearn", "datasets", "aclpipe.training", "aclpipe.config", "aclpipe.stages",
              "aclpipe.evaluation", "aclpipe.study", "aclpipe.exits")  # fmt: skip
+# The study's command table (option parsing only; its commands import the study when they run)
+# is part of the CLI every command loads.
+FACES = ("aclpipe.study", "aclpipe.study.cli")
 
 
 def test_serving_modules_import_no_scipy() -> None:
@@ -167,5 +170,8 @@ def test_predict_loads_no_training_stack(tmp_path: Path, tiny_model_dir: Path) -
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
-    bad = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
+    bad = [
+        m for m in loaded
+        if m not in FACES and any(m == f or m.startswith(f + ".") for f in FORBIDDEN)
+    ]  # fmt: skip
     assert bad == []

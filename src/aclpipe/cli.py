@@ -1,4 +1,6 @@
-"""The ``aclpipe`` command line: prepare, finetune, evaluate.
+"""The ``aclpipe`` command line: the pipeline's stages (prepare, finetune, evaluate,
+export-exits) and predict here; the study's commands (tradeoff, angles, sts-eval, campaign ...)
+in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
 
 Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
 overrides (the same dotted keys as ``dvc exp run -S``). Without ``--task`` a stage runs every
@@ -11,19 +13,35 @@ line and exit with code 2 (``--debug`` shows the traceback).
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from aclpipe.data.tasks import TASKS, Task, get_task
+from aclpipe.cli_options import (
+    LAYOUT,
+    ParamsOpt,
+    SetOpt,
+    TaskOpt,
+    console,
+    counts,
+    err_console,
+    load,
+    names_option,
+    parse_list,
+    state,
+    task_list,
+    task_methods,
+    user_errors,
+)
 from aclpipe.errors import UserError
-from aclpipe.layout import REPORTS_README, RESULTS_MD, Layout
-from aclpipe.method_names import METHOD_NAMES, check_method  # predict loads nothing of training
+from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
+from aclpipe.study.cli import app as study_app
+from aclpipe.study.cli import campaign_app
+
+__all__ = ["app", "parse_list"]
 
 app = typer.Typer(
     help="Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE.",
@@ -31,60 +49,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-_state = {"debug": False}
-LAYOUT = Layout()  # the default pipeline's folders, relative to where aclpipe runs
-REPORTS, STS_REPORT = LAYOUT.reports(), LAYOUT.sts_report()  # defaults of --reports, --out
-
-
-def _names_option(*names: str, what: str = "", default: str = "", hidden: bool = False):
-    """A repeatable option of names, each value also read as comma-separated names
-    (``parse_list``)."""
-    text = f"{what}; repeat the option, or separate names with commas, for several. {default}"
-    return Annotated[list[str] | None, typer.Option(*names, help=text, hidden=hidden)]
-
-
-TaskOpt = _names_option(
-    "--task",
-    "-t",
-    what=f"GLUE task: {', '.join(TASKS)}",
-    default="Default: every task in pipeline.tasks of the params file.",
-)
-MethodOpt = _names_option(
+MethodOpt = names_option(
     "--method",
     "-m",
     what=f"Method: {', '.join(METHOD_NAMES)}",
     default="Default: every method in pipeline.methods of the params file.",
 )
-CompareOpt = _names_option(
-    "--method",
-    "-m",
-    what="Method to compare",
-    default="Default: every method with results under reports/<task>/.",
-)
-AuxMethodOpt = _names_option(
-    "--method",
-    "-m",
-    what="Method with an auxiliary objective: scl, acl, romebert or acl-cl",
-    default="Default: scl and acl.",
-)
-MethodsAlias = _names_option("--methods", hidden=True)  # an earlier release's; still read
-PoolingOpt = _names_option(
-    "--pooling",
-    what="Pooling to compare: cls, mean or layer-attention",
-    default="Default: all three.",
-)
-ParamsOpt = Annotated[Path, typer.Option("--params", help="Params file (YAML) holding every knob.")]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        "-S",
-        help="Override one param, e.g. --set train.lr=3e-5 (repeatable; same keys "
-        "as `dvc exp run -S`).",
-    ),
-]
 
 
 @app.callback()
@@ -94,87 +64,7 @@ def main(
     ] = False,
 ) -> None:
     """Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE."""
-    _state["debug"] = debug
-
-
-def _counts(meta: dict) -> str:
-    """``train 48, dev 16``: examples per split of a prepared task's meta.json."""
-    return ", ".join(f"{s} {v['examples']}" for s, v in meta["splits"].items())
-
-
-def user_errors(fn):
-    """Print a UserError as one line and exit 2; any other error as one line and exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as err:
-            if _state["debug"]:
-                raise
-            err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted: outputs of the unfinished step were not written")
-            raise typer.Exit(130) from None
-        except Exception as err:  # a bug, not bad input: still one line unless --debug
-            if _state["debug"]:
-                raise
-            err_console.print(
-                f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)",
-                markup=False,  # messages may hold brackets, e.g. gloo's [/path:line]
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(1) from None
-
-    return wrapper
-
-
-def parse_list(values: list[str] | None, option: str, kind: type = str) -> list | None:
-    """The values of a repeatable list option, each also split at commas: ``["a, b", "a"]`` ->
-    ``["a", "b"]`` (stripped, repeats dropped, an empty item an error); none given -> None."""
-    if not values:
-        return None
-    items = []
-    for text in values:
-        parts = [part.strip() for part in text.split(",")]
-        if not all(parts):
-            raise UserError(f"{option} {text!r} has an empty item: give a comma-separated list")
-        try:
-            items += [kind(part) for part in parts]
-        except ValueError:
-            raise UserError(
-                f"{option} {text!r} is not a comma-separated list of whole numbers"
-            ) from None
-    return list(dict.fromkeys(items))
-
-
-def _load(params_path: Path, overrides: list[str] | None):
-    from aclpipe.config import load_params
-
-    return load_params(params_path, overrides or [])
-
-
-def _tasks(task: list[str] | None, params) -> list[Task]:
-    names = parse_list(task, "--task") or params.pipeline.tasks
-    if not names:
-        raise UserError("no task given and pipeline.tasks is empty: pass --task")
-    return [get_task(n) for n in names]
-
-
-def _methods(method: list[str] | None, default: list[str]) -> list[str]:
-    names = parse_list(method, "--method") or default
-    if not names:
-        raise UserError("no method given and pipeline.methods is empty: pass --method")
-    return [check_method(n) for n in names]
-
-
-def _task_methods(task: list[str] | None, method: list[str] | None, params):
-    """Every (task, method) pair a stage runs: the options, else pipeline.tasks and .methods;
-    all names are checked before the first pair runs."""
-    tasks, methods = _tasks(task, params), _methods(method, params.pipeline.methods)
-    return [(t, m) for t in tasks for m in methods]
+    state["debug"] = debug
 
 
 @app.command()
@@ -196,13 +86,13 @@ def prepare(
     from aclpipe.stages.prepare import prepare as run_prepare
     from aclpipe.stages.prepare import resolve_glue_dir
 
-    p = _load(params, set)
+    p = load(params, set)
     glue, model = resolve_glue_dir(p.data, glue_dir), p.model
-    for t in _tasks(task, p):
+    for t in task_list(task, p):
         meta = run_prepare(
             t, p.data, model.name, LAYOUT.data(t.name), glue, model.trust_remote_code
         )
-        console.print(f"prepared {t.name} from {meta['source']}: {_counts(meta)}", highlight=False)
+        console.print(f"prepared {t.name} from {meta['source']}: {counts(meta)}", highlight=False)
 
 
 @app.command()
@@ -216,8 +106,8 @@ def finetune(
     """Train a method on a task; writes models/<task>/<method>/."""
     from aclpipe.stages.finetune import finetune as run_finetune
 
-    p = _load(params, set)
-    for t, m in _task_methods(task, method, p):
+    p = load(params, set)
+    for t, m in task_methods(task, method, p):
         run_finetune(t, m, p, LAYOUT.data(t.name), LAYOUT.model(t.name, m), console)
         if os.environ.get("RANK", "0") == "0":  # once under torchrun
             console.print(f"saved {LAYOUT.model(t.name, m)}", highlight=False)
@@ -235,9 +125,9 @@ def evaluate(
     from aclpipe.modeling.device import pick_device
     from aclpipe.stages.evaluate import evaluate as run_evaluate
 
-    p = _load(params, set)
+    p = load(params, set)
     device = pick_device(p.train.device)
-    for t, m in _task_methods(task, method, p):
+    for t, m in task_methods(task, method, p):
         data, out = LAYOUT.data(t.name), LAYOUT.report(t.name, m)
         run_evaluate(t, m, LAYOUT.model(t.name, m), data, out, p.evaluate, device, console)
 
@@ -268,8 +158,8 @@ def export_exits(
     split's logits at every exit (dev_logits.npz)."""
     from aclpipe.stages.export import export as run_export
 
-    p = _load(params, set)
-    for t, m in _task_methods(task, method, p):
+    p = load(params, set)
+    for t, m in task_methods(task, method, p):
         out = run_export(t, m, p, LAYOUT, opset, int8, console)
         console.print(f"exported {out}", highlight=False)
 
@@ -386,285 +276,8 @@ def _advancing(rows, progress, bar):
         yield row
 
 
-@app.command()
-@user_errors
-def tradeoff(
-    task: TaskOpt = None,
-    method: CompareOpt = None,
-    methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
-    set: SetOpt = None,
-) -> None:
-    """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
-    score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
-    from aclpipe.study.tradeoff import tradeoff as run_tradeoff
-
-    p = _load(params, set)
-    chosen = parse_list((method or []) + (methods or []), "--method")
-    for t in _tasks(task, p):
-        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console)
-
-
-@app.command()
-@user_errors
-def angles(
-    task: Annotated[
-        str, typer.Option("--task", "-t", help="GLUE task (the paper uses rte).")
-    ] = "rte",
-    method: AuxMethodOpt = None,
-    methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
-    set: SetOpt = None,
-) -> None:
-    """Histogram of the angle between the CE and the contrastive gradient during fine-tuning.
-
-    Trains each method on the prepared task with per-step gradient cosines recorded, and writes
-    reports/<task>/angles/angles.json and angles.png (the ACL paper's pilot experiment)."""
-    from aclpipe.study.angles import run_angles
-
-    p = _load(params, set)
-    t = get_task(task)
-    chosen = _methods((method or []) + (methods or []), ["scl", "acl"])
-    run_angles(t, chosen, p, LAYOUT.data(t.name), LAYOUT.angles(t.name), console)
-
-
-@app.command("sts-eval")
-@user_errors
-def sts_eval(
-    params: ParamsOpt = Path("params.yaml"),
-    set: SetOpt = None,
-    glue_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--glue-dir",
-            help="Folder in the classic glue_data layout holding STS-B/ "
-            "(default: GLUE_DIR, then data.glue_dir; else the hub).",
-        ),
-    ] = None,
-    pooling: PoolingOpt = None,
-    out: Annotated[
-        Path, typer.Option("--out", help="Where to write the JSON report.")
-    ] = STS_REPORT,
-) -> None:
-    """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
-
-    Spearman correlation between the cosine similarity of the pooled embeddings of the two
-    sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
-    setting). Prints a table and writes JSON."""
-    from aclpipe.stages.prepare import resolve_glue_dir
-    from aclpipe.study import sts_eval as sts
-
-    p = _load(params, set)
-    names = parse_list(pooling, "--pooling") or sts.POOLINGS
-    glue = resolve_glue_dir(p.data, glue_dir)
-    result = sts.sts_embedding_eval(
-        p.model.name, glue, p.data.hub_id, names, p.data.max_length, p.evaluate.batch_size
-    )
-    console.print(sts.render_sts_table(result))
-    sts.write_sts_report(result, out)
-    console.print(f"wrote {out}", highlight=False)
-
-
-campaign_app = typer.Typer(
-    help="The seeds campaign on real GLUE (campaign/params.yaml, run by campaign/dvc.yaml): "
-    "every method over several seeds, aggregated into reports/campaign/<task>/results.md.",
-    no_args_is_help=True,
-)
+app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands
 app.add_typer(campaign_app, name="campaign")
-CampaignOpt = Annotated[
-    Path,
-    typer.Option("--campaign", help="Campaign params: shared knobs plus a campaign: section."),
-]
-RunTasksOpt = _names_option("--task", "-t", what="Task", default="Default: campaign.tasks.")
-RunSeedsOpt = _names_option("--seed", what="Seed", default="Default: campaign.seeds.")
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--threads",
-        help="Threads per worker (default: the cores shared out among the workers); lower it "
-        "when other work shares the machine.",
-    ),
-]
-
-
-@campaign_app.command("prepare")
-@user_errors
-def campaign_prepare(
-    task: RunTasksOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-) -> None:
-    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
-    from aclpipe.study.campaign import load_campaign, prepare_task
-
-    spec = load_campaign(campaign)
-    names = parse_list(task, "--task") or spec.tasks
-    for name in names:  # every name checked before any is written
-        spec.overrides(name)
-    for name in names:
-        meta = prepare_task(spec, name, console)
-        console.print(f"prepared {name} from {meta['source']}: {_counts(meta)}", highlight=False)
-
-
-@campaign_app.command("run")
-@user_errors
-def campaign_run(
-    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
-    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
-    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-) -> None:
-    """Train one run, score every exit and sweep the policies; writes
-    campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
-    from aclpipe.study.campaign import load_campaign, run_one
-
-    spec = load_campaign(campaign)
-    out = run_one(spec, task, run, seed, console)
-    console.print(f"wrote {out}", highlight=False)
-
-
-@campaign_app.command("run-pending")
-@user_errors
-def campaign_run_pending(
-    workers: Annotated[
-        int, typer.Option("--workers", "-w", help="Runs at a time (a GPU takes several).")
-    ] = 1,
-    task: RunTasksOpt = None,
-    seed: RunSeedsOpt = None,
-    threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-) -> None:
-    """Every run without a folder yet, seed by seed, several at a time in separate processes.
-    Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
-    again."""
-    from aclpipe.study.campaign import load_campaign
-    from aclpipe.study.campaign_runner import commit_command, run_pending
-
-    spec = load_campaign(campaign)
-    task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
-    done, failed = run_pending(spec, workers, console, task_list, seed_list, threads=threads)
-    if done:  # also when some failed: the finished ones are kept and can be recorded
-        console.print(
-            f"{len(done)} runs written; record them in DVC's lock with: "
-            f"{commit_command(spec, done)}",
-            highlight=False,
-        )
-    if failed:
-        raise UserError(
-            f"{len(failed)} of {len(done) + len(failed)} runs failed (first: {failed[0]}); "
-            f"see campaign/models/<task>/<run>-s<seed>.log, fix, and run again"
-        )
-
-
-@campaign_app.command("tune")
-@user_errors
-def campaign_tune(
-    task: RunTasksOpt = None,
-    config: Annotated[
-        str | None, typer.Option("--config", help="One configuration of the grid (default: all).")
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
-    threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-    reports: Annotated[
-        Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
-    ] = REPORTS,
-) -> None:
-    """Choose the base recipe: train campaign.tune.method with every configuration of
-    campaign.tune.grid not yet run, score them on the validation split, and write
-    reports/campaign/<task>/tuning.md with the pick (the best validation score; dev is not
-    used)."""
-    from aclpipe.study.campaign import load_campaign, tune_one
-    from aclpipe.study.campaign_markdown import campaign_reports
-    from aclpipe.study.campaign_runner import TUNE, commit_command, run_pending
-    from aclpipe.study.tuning import TUNING_MD, write_tuning
-
-    spec = load_campaign(campaign)
-    task_list = parse_list(task, "--task")
-    if config is not None:
-        if len(task_list or []) != 1 or seed is None:
-            raise UserError("--config needs one --task and a --seed")
-        console.print(
-            f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False
-        )
-        failed: list[str] = []
-    else:
-        done, failed = run_pending(spec, workers, console, task_list, kind=TUNE, threads=threads)
-        if done:
-            console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
-    for name, summary in write_tuning(spec, reports).items():
-        pick = summary["pick"] or "none yet"
-        console.print(
-            f"{name}: pick {pick}; wrote {campaign_reports(reports, name) / TUNING_MD}",
-            highlight=False,
-        )
-    if failed:
-        raise UserError(
-            f"{len(failed)} configurations failed (first: {failed[0]}); see "
-            "campaign/models/<task>/tune-<config>-s<seed>.log, fix, and run again"
-        )
-
-
-@campaign_app.command("stack-compare")
-@user_errors
-def campaign_stack_compare(
-    first: Annotated[Path, typer.Argument(help="A finished run's folder, on one stack.")],
-    second: Annotated[Path, typer.Argument(help="The same run's folder, on another stack.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-) -> None:
-    """Compare one run trained on two library stacks, file by file (sha256); writes
-    campaign/stack_check.json, which reports/README.md cites under its stacks
-    (campaign/stack_check.sh trains both runs first)."""
-    import json
-
-    from aclpipe import atomic
-    from aclpipe.layout import STACK_CHECK
-    from aclpipe.study.campaign import load_campaign
-    from aclpipe.study.stack_check import compare_runs
-
-    spec = load_campaign(campaign)
-    check = compare_runs(first, second)
-    out = spec.root / STACK_CHECK
-    atomic.write_text(out, json.dumps(check, indent=2) + "\n")
-    same = check["files"] - len(check["differing"])
-    console.print(
-        f"{same} of {check['files']} files identical ({' | '.join(check['stacks'])}); wrote {out}",
-        highlight=False,
-    )
-    if check["differing"]:
-        console.print(f"differing: {', '.join(check['differing'])}", highlight=False)
-
-
-@campaign_app.command("report")
-@user_errors
-def campaign_report(
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
-    reports: Annotated[
-        Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
-    ] = REPORTS,
-) -> None:
-    """Aggregate the finished runs into reports/campaign/<task>/results.{md,json}, plots, and
-    reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""
-    from aclpipe.study.campaign import load_campaign
-    from aclpipe.study.campaign_markdown import campaign_reports
-    from aclpipe.study.campaign_report import write_reports
-    from aclpipe.study.tuning import TUNING_MD, write_tuning
-
-    spec = load_campaign(campaign)
-    for name in write_tuning(spec, reports):
-        console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
-    summaries = write_reports(spec, reports)
-    if not summaries:
-        raise UserError(
-            f"no finished runs under {spec.layout.runs()}: run `dvc repro campaign/dvc.yaml` "
-            "(or `aclpipe campaign run ...`) first"
-        )
-    for task, summary in summaries.items():
-        console.print(
-            f"wrote {campaign_reports(reports, task) / RESULTS_MD} ({summary['finished']} runs)",
-            highlight=False,
-        )
-    console.print(f"wrote {reports / REPORTS_README}", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

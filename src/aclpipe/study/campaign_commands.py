@@ -1,0 +1,158 @@
+"""What each ``aclpipe campaign`` command does, one function per command: load the campaign
+file, run, print what was written, and raise a one-line ``UserError`` on failure. The Typer
+commands (``aclpipe.study.cli``) only parse options; the options' raw values are read here,
+after the campaign file, so that a bad campaign file is the first error a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from aclpipe import atomic
+from aclpipe.cli_options import counts, parse_list
+from aclpipe.errors import UserError
+from aclpipe.layout import REPORTS_README, RESULTS_MD, STACK_CHECK
+from aclpipe.study.campaign import load_campaign
+
+
+def prepare(campaign: Path, task: list[str] | None, console: Console) -> None:
+    """Prepare the tasks named (default: campaign.tasks), every name checked before any is
+    written."""
+    from aclpipe.study.campaign import prepare_task
+
+    spec = load_campaign(campaign)
+    names = parse_list(task, "--task") or spec.tasks
+    for name in names:  # every name checked before any is written
+        spec.overrides(name)
+    for name in names:
+        meta = prepare_task(spec, name, console)
+        console.print(f"prepared {name} from {meta['source']}: {counts(meta)}", highlight=False)
+
+
+def run(campaign: Path, task: str, run: str, seed: int, console: Console) -> None:
+    """Train, score and sweep one run."""
+    from aclpipe.study.campaign import run_one
+
+    spec = load_campaign(campaign)
+    out = run_one(spec, task, run, seed, console)
+    console.print(f"wrote {out}", highlight=False)
+
+
+def run_pending(
+    campaign: Path,
+    workers: int,
+    task: list[str] | None,
+    seed: list[str] | None,
+    threads: int | None,
+    console: Console,
+) -> None:
+    """Every run without a folder yet; prints the ``dvc commit`` that records the finished."""
+    from aclpipe.study import campaign_runner
+
+    spec = load_campaign(campaign)
+    task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
+    done, failed = campaign_runner.run_pending(
+        spec, workers, console, task_list, seed_list, threads=threads
+    )
+    if done:  # also when some failed: the finished ones are kept and can be recorded
+        console.print(
+            f"{len(done)} runs written; record them in DVC's lock with: "
+            f"{campaign_runner.commit_command(spec, done)}",
+            highlight=False,
+        )
+    if failed:
+        raise UserError(
+            f"{len(failed)} of {len(done) + len(failed)} runs failed (first: {failed[0]}); "
+            f"see campaign/models/<task>/<run>-s<seed>.log, fix, and run again"
+        )
+
+
+def tune(
+    campaign: Path,
+    task: list[str] | None,
+    config: str | None,
+    seed: int | None,
+    workers: int,
+    threads: int | None,
+    reports: Path,
+    console: Console,
+) -> None:
+    """One configuration of the tuning grid (``config`` with one task and its seed), else
+    every one not yet run; then tuning.md per task, with the pick."""
+    from aclpipe.study.campaign import tune_one
+    from aclpipe.study.campaign_markdown import campaign_reports
+    from aclpipe.study.campaign_runner import TUNE, commit_command
+    from aclpipe.study.campaign_runner import run_pending as run_configurations
+    from aclpipe.study.tuning import TUNING_MD, write_tuning
+
+    spec = load_campaign(campaign)
+    task_list = parse_list(task, "--task")
+    if config is not None:
+        if len(task_list or []) != 1 or seed is None:
+            raise UserError("--config needs one --task and a --seed")
+        console.print(
+            f"wrote {tune_one(spec, task_list[0], config, seed, console)}", highlight=False
+        )
+        failed: list[str] = []
+    else:
+        done, failed = run_configurations(
+            spec, workers, console, task_list, kind=TUNE, threads=threads
+        )
+        if done:
+            console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
+    for name, summary in write_tuning(spec, reports).items():
+        pick = summary["pick"] or "none yet"
+        console.print(
+            f"{name}: pick {pick}; wrote {campaign_reports(reports, name) / TUNING_MD}",
+            highlight=False,
+        )
+    if failed:
+        raise UserError(
+            f"{len(failed)} configurations failed (first: {failed[0]}); see "
+            "campaign/models/<task>/tune-<config>-s<seed>.log, fix, and run again"
+        )
+
+
+def stack_compare(campaign: Path, first: Path, second: Path, console: Console) -> Path:
+    """Compare one run's folders from two library stacks and write the campaign's
+    stack_check.json (atomically); return its path."""
+    from aclpipe.study.stack_check import compare_runs
+
+    spec = load_campaign(campaign)
+    check = compare_runs(first, second)
+    out = spec.root / STACK_CHECK
+    atomic.write_text(out, json.dumps(check, indent=2) + "\n")
+    same = check["files"] - len(check["differing"])
+    console.print(
+        f"{same} of {check['files']} files identical ({' | '.join(check['stacks'])}); wrote {out}",
+        highlight=False,
+    )
+    if check["differing"]:
+        console.print(f"differing: {', '.join(check['differing'])}", highlight=False)
+    return out
+
+
+def report(campaign: Path, reports: Path, console: Console) -> None:
+    """tuning.md, results.{md,json} and plots per task, and reports/README.md."""
+    from aclpipe.study.campaign_markdown import campaign_reports
+    from aclpipe.study.campaign_report import write_reports
+    from aclpipe.study.tuning import TUNING_MD, write_tuning
+
+    spec = load_campaign(campaign)
+    for name in write_tuning(spec, reports):
+        console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
+    summaries = write_reports(spec, reports)
+    if not summaries:
+        raise UserError(
+            f"no finished runs under {spec.layout.runs()}: run `dvc repro campaign/dvc.yaml` "
+            "(or `aclpipe campaign run ...`) first"
+        )
+    for task, summary in summaries.items():
+        console.print(
+            f"wrote {campaign_reports(reports, task) / RESULTS_MD} ({summary['finished']} runs)",
+            highlight=False,
+        )
+    console.print(f"wrote {reports / REPORTS_README}", highlight=False)

@@ -1,0 +1,250 @@
+"""The study's commands: ``aclpipe tradeoff``, ``angles``, ``sts-eval`` and the ``campaign``
+sub-app (prepare, run, run-pending, tune, stack-compare, report), added to the main app by
+``aclpipe.cli``. Each command parses its options and calls one function of the study; the
+study's modules are imported inside the commands, so that other commands (``predict``) do
+not load them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aclpipe.cli_options import (
+    LAYOUT,
+    ParamsOpt,
+    SetOpt,
+    TaskOpt,
+    console,
+    load,
+    method_list,
+    names_option,
+    parse_list,
+    task_list,
+    user_errors,
+)
+from aclpipe.data.tasks import get_task
+
+app = typer.Typer()  # its commands join the main app's (add_typer without a name)
+REPORTS, STS_REPORT = LAYOUT.reports(), LAYOUT.sts_report()  # defaults of --reports, --out
+
+CompareOpt = names_option(
+    "--method",
+    "-m",
+    what="Method to compare",
+    default="Default: every method with results under reports/<task>/.",
+)
+AuxMethodOpt = names_option(
+    "--method",
+    "-m",
+    what="Method with an auxiliary objective: scl, acl, romebert or acl-cl",
+    default="Default: scl and acl.",
+)
+MethodsAlias = names_option("--methods", hidden=True)  # an earlier release's; still read
+PoolingOpt = names_option(
+    "--pooling",
+    what="Pooling to compare: cls, mean or layer-attention",
+    default="Default: all three.",
+)
+
+
+@app.command()
+@user_errors
+def tradeoff(
+    task: TaskOpt = None,
+    method: CompareOpt = None,
+    methods: MethodsAlias = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
+    """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
+    score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
+    from aclpipe.study.tradeoff import tradeoff as run_tradeoff
+
+    p = load(params, set)
+    chosen = parse_list((method or []) + (methods or []), "--method")
+    for t in task_list(task, p):
+        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console)
+
+
+@app.command()
+@user_errors
+def angles(
+    task: Annotated[
+        str, typer.Option("--task", "-t", help="GLUE task (the paper uses rte).")
+    ] = "rte",
+    method: AuxMethodOpt = None,
+    methods: MethodsAlias = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+) -> None:
+    """Histogram of the angle between the CE and the contrastive gradient during fine-tuning.
+
+    Trains each method on the prepared task with per-step gradient cosines recorded, and writes
+    reports/<task>/angles/angles.json and angles.png (the ACL paper's pilot experiment)."""
+    from aclpipe.study.angles import run_angles
+
+    p = load(params, set)
+    t = get_task(task)
+    chosen = method_list((method or []) + (methods or []), ["scl", "acl"])
+    run_angles(t, chosen, p, LAYOUT.data(t.name), LAYOUT.angles(t.name), console)
+
+
+@app.command("sts-eval")
+@user_errors
+def sts_eval(
+    params: ParamsOpt = Path("params.yaml"),
+    set: SetOpt = None,
+    glue_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--glue-dir",
+            help="Folder in the classic glue_data layout holding STS-B/ "
+            "(default: GLUE_DIR, then data.glue_dir; else the hub).",
+        ),
+    ] = None,
+    pooling: PoolingOpt = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Where to write the JSON report.")
+    ] = STS_REPORT,
+) -> None:
+    """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
+
+    Spearman correlation between the cosine similarity of the pooled embeddings of the two
+    sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
+    setting). Prints a table and writes JSON."""
+    from aclpipe.stages.prepare import resolve_glue_dir
+    from aclpipe.study import sts_eval as sts
+
+    p = load(params, set)
+    names = parse_list(pooling, "--pooling") or sts.POOLINGS
+    glue = resolve_glue_dir(p.data, glue_dir)
+    result = sts.sts_embedding_eval(
+        p.model.name, glue, p.data.hub_id, names, p.data.max_length, p.evaluate.batch_size
+    )
+    console.print(sts.render_sts_table(result))
+    sts.write_sts_report(result, out)
+    console.print(f"wrote {out}", highlight=False)
+
+
+campaign_app = typer.Typer(
+    help="The seeds campaign on real GLUE (campaign/params.yaml, run by campaign/dvc.yaml): "
+    "every method over several seeds, aggregated into reports/campaign/<task>/results.md.",
+    no_args_is_help=True,
+)
+CampaignOpt = Annotated[
+    Path,
+    typer.Option("--campaign", help="Campaign params: shared knobs plus a campaign: section."),
+]
+RunTasksOpt = names_option("--task", "-t", what="Task", default="Default: campaign.tasks.")
+RunSeedsOpt = names_option("--seed", what="Seed", default="Default: campaign.seeds.")
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="Threads per worker (default: the cores shared out among the workers); lower it "
+        "when other work shares the machine.",
+    ),
+]
+
+
+@campaign_app.command("prepare")
+@user_errors
+def campaign_prepare(
+    task: RunTasksOpt = None,
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.prepare(campaign, task, console)
+
+
+@campaign_app.command("run")
+@user_errors
+def campaign_run(
+    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
+    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Train one run, score every exit and sweep the policies; writes
+    campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.run(campaign, task, run, seed, console)
+
+
+@campaign_app.command("run-pending")
+@user_errors
+def campaign_run_pending(
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", help="Runs at a time (a GPU takes several).")
+    ] = 1,
+    task: RunTasksOpt = None,
+    seed: RunSeedsOpt = None,
+    threads: ThreadsOpt = None,
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Every run without a folder yet, seed by seed, several at a time in separate processes.
+    Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
+    again."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.run_pending(campaign, workers, task, seed, threads, console)
+
+
+@campaign_app.command("tune")
+@user_errors
+def campaign_tune(
+    task: RunTasksOpt = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="One configuration of the grid (default: all).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
+    threads: ThreadsOpt = None,
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    reports: Annotated[
+        Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
+    ] = REPORTS,
+) -> None:
+    """Choose the base recipe: train campaign.tune.method with every configuration of
+    campaign.tune.grid not yet run, score them on the validation split, and write
+    reports/campaign/<task>/tuning.md with the pick (the best validation score; dev is not
+    used)."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.tune(campaign, task, config, seed, workers, threads, reports, console)
+
+
+@campaign_app.command("stack-compare")
+@user_errors
+def campaign_stack_compare(
+    first: Annotated[Path, typer.Argument(help="A finished run's folder, on one stack.")],
+    second: Annotated[Path, typer.Argument(help="The same run's folder, on another stack.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Compare one run trained on two library stacks, file by file (sha256); writes
+    campaign/stack_check.json, which reports/README.md cites under its stacks
+    (campaign/stack_check.sh trains both runs first)."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.stack_compare(campaign, first, second, console)
+
+
+@campaign_app.command("report")
+@user_errors
+def campaign_report(
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    reports: Annotated[
+        Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
+    ] = REPORTS,
+) -> None:
+    """Aggregate the finished runs into reports/campaign/<task>/results.{md,json}, plots, and
+    reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.report(campaign, reports, console)
