@@ -371,3 +371,22 @@ def test_shipped_params_files_are_accepted(path: str) -> None:
     for name, knobs in raw["methods"].items():
         assert set(knobs or {}) <= {f for f in params.method(name).__dataclass_fields__}
         assert params.method(name) == METHODS[name].knobs(), name
+
+
+def test_each_section_checks_its_own_fields() -> None:
+    """Range checks live beside each section's defaults (``RANGES``); a check under a name the
+    section does not have would never run, so every name must be a field."""
+    import dataclasses
+
+    from aclpipe.checks import positive, range_check, unit
+    from aclpipe.config import DataConfig, EvaluateConfig, ModelConfig, TrainConfig
+    from aclpipe.training.knobs import KNOBS
+
+    for cls in (DataConfig, ModelConfig, TrainConfig, EvaluateConfig, *KNOBS.values()):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for klass in cls.__mro__:
+            assert set(vars(klass).get("RANGES", {})) <= fields, klass
+    assert range_check(TrainConfig, "lr") is positive and range_check(TrainConfig, "seed") is None
+    assert range_check(AclClKnobs, "gamma") is unit  # inherited from deebert-sd's record
+    assert range_check(AclClKnobs, "tau") is positive  # and from acl's
+    assert "must be in [0, 1]" in user_error({"methods": {"acl-cl": {"gamma": 2}}})

@@ -1,11 +1,12 @@
 """Typed, strict configuration read once from params.yaml.
 
-Each section of params.yaml is a dataclass with a comment per field, defined beside what it
-configures (``data.config``, ``modeling.config``, ``training.config``, ``evaluation.config``;
-``pipeline`` below); this module only assembles them, and each stage takes only the sections
-it needs. ``methods.<name>`` fills that method's own knobs record, which
-lives with the method (``aclpipe.training.knobs.KNOBS``): a knob the method does not read
-is an unknown key. Unknown keys, wrong types and out-of-range values are
+Each section of params.yaml is a dataclass with a comment per field and its range checks
+(``RANGES``, from ``aclpipe.checks``), defined beside what it configures (``data.config``,
+``modeling.config``, ``training.config``, ``evaluation.config``; ``pipeline`` below). This
+module only reads the YAML strictly (types, unknown keys), calls each section's checks and
+assembles ``Params``; each stage takes only the sections it needs. ``methods.<name>`` fills
+that method's own knobs record, which lives with the method
+(``aclpipe.training.knobs.KNOBS``): a knob the method does not read is an unknown key. Unknown keys, wrong types and out-of-range values are
 ``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
 same dotted keys as ``dvc exp run -S``.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from aclpipe.checks import range_check
 from aclpipe.data.config import DataConfig
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
@@ -58,38 +60,6 @@ class Params:
         if name in self.methods:
             return self.methods[name]
         return KNOBS[check_method(name)]()
-
-
-_CHOICES = {
-    "model.pooling": ("auto", "cls", "mean", "layer-attention"),
-    "model.label_embedding": ("classifier", "separate"),
-    "train.device": ("auto", "cpu", "cuda"),
-}  # a knob typed Literal[...] (grad_scope, weights) takes its choices from its type
-_POSITIVE = {
-    "data.max_length",
-    "data.max_train_samples",
-    "data.max_eval_samples",
-    "train.epochs",
-    "train.batch_size",
-    "train.lr",
-    "train.head_lr",
-    "train.log_every",
-    "evaluate.batch_size",
-    "evaluate.grid_points",
-    "evaluate.timing_repeats",
-    "evaluate.patience_eps",
-    "methods.*.tau",
-    "methods.*.T",
-}
-_NON_NEGATIVE = {
-    "train.weight_decay",
-    "train.max_grad_norm",
-    "methods.*.lam",
-    "methods.*.lam_cl",
-    "evaluate.timing_examples",
-    "train.save_every",
-}
-_UNIT = {"train.warmup_ratio", "methods.*.gamma", "model.dropout"}
 
 
 def _check_value(key: str, value: Any, hint: type | Any) -> Any:
@@ -129,33 +99,6 @@ def _check_value(key: str, value: Any, hint: type | Any) -> Any:
     return value
 
 
-def _check_range(key: str, value: Any) -> None:
-    pattern = key if not key.startswith("methods.") else "methods.*." + key.split(".")[-1]
-    if value is None:
-        return
-    if pattern in _CHOICES and value not in _CHOICES[pattern]:
-        raise UserError(f"{key} is {value!r}: use one of {', '.join(_CHOICES[pattern])}")
-    if pattern in _POSITIVE and value <= 0:
-        raise UserError(f"{key} must be > 0, got {value!r}: fix it in params.yaml or --set")
-    if pattern in _NON_NEGATIVE and value < 0:
-        raise UserError(f"{key} must be >= 0, got {value!r}: fix it in params.yaml or --set")
-    if pattern in _UNIT and not 0 <= value <= 1:
-        raise UserError(f"{key} must be in [0, 1], got {value!r}: fix it in params.yaml or --set")
-    if key == "data.validation_fraction" and not 0 <= value < 1:
-        raise UserError(
-            f"{key} must be in [0, 1) (a share of train; 0 = no validation split), got {value!r}"
-        )
-    if key == "evaluate.engines" and (not value or len(set(value)) < len(value)):
-        raise UserError(
-            f"{key} is {value!r}: list torch, onnx or both, each once (evaluate.timing_examples: "
-            "0 turns timing off)"
-        )
-    if key == "evaluate.grid_points" and value < 2:
-        raise UserError(f"{key} must be >= 2 (a grid has two ends), got {value!r}")
-    if pattern == "methods.*.max_angle" and not 0 <= value <= 180:
-        raise UserError(f"{key} must be in [0, 180] degrees, got {value!r}")
-
-
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if raw is None:
         raw = {}
@@ -176,7 +119,9 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     for name, value in raw.items():
         key = f"{prefix}.{name}"
         values[name] = _check_value(key, value, hints[name])
-        _check_range(key, values[name])
+        check = range_check(cls, name)  # the section's own range check, beside its defaults
+        if check is not None and values[name] is not None:
+            check(key, values[name])
     return cls(**values)
 
 
@@ -210,8 +155,6 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
         if knobs is not None and not isinstance(knobs, dict):
             raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
         built["methods"][method] = _build(KNOBS[method], knobs, f"methods.{method}")
-    if built["model"].exits is not None and not built["model"].exits:
-        raise UserError("model.exits is empty: list 1-based layers, or null for every layer")
     return Params(**built)
 
 

@@ -4,6 +4,17 @@ it is subsampled and truncated, and the share held out for validation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aclpipe.checks import Check, positive
+from aclpipe.errors import UserError
+
+
+def _share_of_train(key: str, value: Any) -> None:
+    if not 0 <= value < 1:
+        raise UserError(
+            f"{key} must be in [0, 1) (a share of train; 0 = no validation split), got {value!r}"
+        )
 
 
 @dataclass
@@ -18,3 +29,11 @@ class DataConfig:
     # share of train held out as the validation split (stratified by label, fixed by seed),
     # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
     validation_fraction: float = 0.0
+
+    # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
+    RANGES: ClassVar[dict[str, Check]] = {
+        "max_length": positive,
+        "max_train_samples": positive,
+        "max_eval_samples": positive,
+        "validation_fraction": _share_of_train,
+    }

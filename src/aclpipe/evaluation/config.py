@@ -4,7 +4,23 @@ sweep's grid and the timing of the speed-ups."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
+
+from aclpipe.checks import Check, all_of, non_negative, positive
+from aclpipe.errors import UserError
+
+
+def _two_ends(key: str, value: Any) -> None:
+    if value < 2:
+        raise UserError(f"{key} must be >= 2 (a grid has two ends), got {value!r}")
+
+
+def _each_engine_once(key: str, value: Any) -> None:
+    if not value or len(set(value)) < len(value):
+        raise UserError(
+            f"{key} is {value!r}: list torch, onnx or both, each once (evaluate.timing_examples: "
+            "0 turns timing off)"
+        )
 
 
 @dataclass
@@ -18,3 +34,13 @@ class EvaluateConfig:
     # engines the speed-ups are timed on: torch (PyTorch eager) and onnx (ONNX Runtime on the
     # segments, exported for the sweep into a temporary folder; needs onnxruntime)
     engines: list[Literal["torch", "onnx"]] = field(default_factory=lambda: ["torch", "onnx"])
+
+    # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
+    RANGES: ClassVar[dict[str, Check]] = {
+        "batch_size": positive,
+        "grid_points": all_of(positive, _two_ends),
+        "timing_repeats": positive,
+        "patience_eps": positive,
+        "timing_examples": non_negative,
+        "engines": _each_engine_once,
+    }

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
+
+from aclpipe.checks import Check, non_negative, one_of, positive, unit
 
 
 @dataclass
@@ -31,3 +33,17 @@ class TrainConfig:
     save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
     # also record gradient cosines for plain-sum methods (costs a second backward pass)
     record_angles: bool = False
+
+    # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
+    RANGES: ClassVar[dict[str, Check]] = {
+        "epochs": positive,
+        "batch_size": positive,
+        "lr": positive,
+        "head_lr": positive,
+        "log_every": positive,
+        "weight_decay": non_negative,
+        "max_grad_norm": non_negative,
+        "save_every": non_negative,
+        "warmup_ratio": unit,
+        "device": one_of("auto", "cpu", "cuda"),
+    }

@@ -12,8 +12,10 @@ nothing of training. Definitions and defaults: ../shared/METHODS.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from aclpipe.checks import Check, non_negative, positive, unit
+from aclpipe.errors import UserError
 from aclpipe.method_names import METHOD_NAMES, check_method
 
 __all__ = ["KNOBS", "METHOD_NAMES", "check_method"]  # the names and their check, as before
@@ -27,7 +29,13 @@ ExitWeights = Literal["uniform", "linear"]
 KlReduction = Literal["batchmean", "mean"]
 
 
-# Knobs: one record per method (METHODS.md gives every default) ------------------------------
+# Knobs: one record per method (METHODS.md gives every default), each with its range checks
+# (``RANGES``: knob -> a check of aclpipe.checks; a record inherits its parents') ------------
+
+
+def _degrees(key: str, value: Any) -> None:
+    if not 0 <= value <= 180:
+        raise UserError(f"{key} must be in [0, 180] degrees, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class SclKnobs:
     tau: float = 0.3  # SupCon temperature
     lam: float = 0.3  # weight of the SupCon term (CE gets 1 - lam)
 
+    RANGES: ClassVar[dict[str, Check]] = {"tau": positive, "lam": non_negative}
+
 
 @dataclass(frozen=True)
 class AclKnobs:
@@ -52,6 +62,12 @@ class AclKnobs:
     acl_grad: bool = True  # ACL-Grad: drop L_acl at a step whose gradients conflict (False: sum)
     max_angle: float = 90.0  # ACL-Grad: the gradients conflict above this angle (degrees)
     grad_scope: Scope = "encoder"  # parameters ACL-Grad's cosine is taken over
+
+    RANGES: ClassVar[dict[str, Check]] = {
+        "tau": positive,
+        "lam": non_negative,
+        "max_angle": _degrees,
+    }
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,8 @@ class DeebertSdKnobs:
     # and classes (mean: RomeBERT's released code, nn.KLDivLoss()'s default, i.e. KL / C)
     kl_reduction: KlReduction = "batchmean"
 
+    RANGES: ClassVar[dict[str, Check]] = {"gamma": unit, "T": positive}
+
 
 @dataclass(frozen=True)
 class RomebertKnobs(DeebertSdKnobs):
@@ -87,6 +105,8 @@ class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
 
     lam_cl: float = 0.5  # weight of the cross-layer ACL term (a mean over student exits)
     sd: bool = False  # add the KL self-distillation term (an ablation)
+
+    RANGES: ClassVar[dict[str, Check]] = {"lam_cl": non_negative}  # and its parents'
 
 
 # The method table: name -> its knobs record, under aclpipe.method_names' names in its order
