@@ -22,7 +22,7 @@ PACKAGE = SRC / "aclpipe"
 
 # The intended layering, bottom first: a package may import its own tier and those below it.
 TIERS = (
-    ("errors", "layout", "atomic", "run_log", "method_names"),  # the floor every package stands on
+    ("errors", "layout", "atomic", "run_log", "method_names", "checks"),  # the floor
     ("modeling",),  # the model: shared by training and inference
     ("data", "early_exit"),  # prepared data; serving (policies, runtimes, predict)
     ("evaluation",),  # metrics and scores
