@@ -348,7 +348,7 @@ def test_error_lines_with_brackets_print_as_they_are(error, monkeypatch) -> None
     def boom(*args, **kwargs):
         raise error(message)
 
-    monkeypatch.setattr(cli, "_load", boom)
+    monkeypatch.setattr(cli, "load", boom)  # what finetune calls first (cli_options.load)
     result = invoke("finetune", "--task", "sst2", "--method", "ce")
     assert result.exit_code == (2 if error is UserError else 1)
     assert message in result.stderr and "Traceback" not in result.stderr
