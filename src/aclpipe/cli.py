@@ -22,7 +22,15 @@ from rich.console import Console
 
 from aclpipe.data.tasks import TASKS, Task, get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import CURVES_JSON, METRICS, REPORTS_README, RESULTS_MD, Layout
+from aclpipe.layout import (
+    CAMPAIGN_PARAMS,
+    CURVES_JSON,
+    METRICS,
+    PARAMS,
+    REPORTS_README,
+    RESULTS_MD,
+    Layout,
+)
 from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
 
 app = typer.Typer(
@@ -181,7 +189,7 @@ def _task_methods(task: list[str] | None, method: list[str] | None, params):
 @user_errors
 def prepare(
     task: TaskOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     glue_dir: Annotated[
         Path | None,
@@ -210,7 +218,7 @@ def prepare(
 def finetune(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Train a method on a task; writes models/<task>/<method>/."""
@@ -228,7 +236,7 @@ def finetune(
 def evaluate(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
@@ -247,7 +255,7 @@ def evaluate(
 def export_exits(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     opset: Annotated[
         int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")
@@ -396,7 +404,7 @@ def tradeoff(
     task: TaskOpt = None,
     method: CompareOpt = None,
     methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
@@ -417,7 +425,7 @@ def angles(
     ] = "rte",
     method: AuxMethodOpt = None,
     methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Histogram of the angle between the CE and the contrastive gradient during fine-tuning.
@@ -435,7 +443,7 @@ def angles(
 @app.command("sts-eval")
 @user_errors
 def sts_eval(
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     glue_dir: Annotated[
         Path | None,
@@ -495,7 +503,7 @@ ThreadsOpt = Annotated[
 @user_errors
 def campaign_prepare(
     task: RunTasksOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
     from aclpipe.study.campaign import load_campaign, prepare_task
@@ -515,7 +523,7 @@ def campaign_run(
     task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
     run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
     seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Train one run, score every exit and sweep the policies; writes
     campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
@@ -535,7 +543,7 @@ def campaign_run_pending(
     task: RunTasksOpt = None,
     seed: RunSeedsOpt = None,
     threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
@@ -569,7 +577,7 @@ def campaign_tune(
     seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
     threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
     ] = REPORTS,
@@ -614,7 +622,7 @@ def campaign_tune(
 def campaign_stack_compare(
     first: Annotated[Path, typer.Argument(help="A finished run's folder, on one stack.")],
     second: Annotated[Path, typer.Argument(help="The same run's folder, on another stack.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Compare one run trained on two library stacks, file by file (sha256); writes
     campaign/stack_check.json, which reports/README.md cites under its stacks
@@ -642,7 +650,7 @@ def campaign_stack_compare(
 @campaign_app.command("report")
 @user_errors
 def campaign_report(
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
     ] = REPORTS,

@@ -22,6 +22,7 @@ import yaml
 
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
+from aclpipe.layout import PARAMS
 from aclpipe.training.knobs import KNOBS, check_method
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -305,7 +306,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def load_params(path: Path | str = "params.yaml", overrides: list[str] | None = None) -> Params:
+def load_params(path: Path | str = PARAMS, overrides: list[str] | None = None) -> Params:
     """Read params.yaml (missing file: defaults only if no file was named) plus overrides."""
     path = Path(path)
     if path.exists():
@@ -317,7 +318,7 @@ def load_params(path: Path | str = "params.yaml", overrides: list[str] | None = 
             raise UserError(f"{path} is not valid YAML{where}: fix the syntax") from None
         except UnicodeDecodeError:
             raise UserError(f"{path} is not UTF-8 text: save it as UTF-8") from None
-    elif path.name == "params.yaml" and path.parent == Path("."):
+    elif path.name == PARAMS and path.parent == Path("."):
         raw = {}
     else:
         raise UserError(f"params file {path} not found: pass an existing file with --params")
