@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from aclpipe.data.tasks import get_task
-from aclpipe.layout import CAMPAIGN, RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
+from aclpipe.layout import (
+    CAMPAIGN,
+    RESULTS_ANGLES_PNG,
+    RESULTS_COST_PNG,
+    RESULTS_EXITS_PNG,
+    Layout,
+)
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.measures import ROUNDING
@@ -392,7 +398,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
                 [
                     run,
                     str(s),
-                    f"campaign/runs/{task.name}/{run}-s{s}/",
+                    f"{Layout(Path(CAMPAIGN)).run(task.name, run, s).as_posix()}/",
                     f"`aclpipe campaign run --task {task.name} --run {run} --seed {s}`",
                 ]
                 for run, e in runs.items()
