@@ -12,6 +12,7 @@ from pathlib import Path
 from aclpipe.layout import CAMPAIGN, Layout
 
 REPO = Path(__file__).resolve().parents[1]  # the repository root: the default pipeline's root
+RELATIVE = Layout(Path())  # paths relative to a project's root, as the CLI and DVC spell them
 
 
 def at(root: Path) -> Layout:

@@ -155,7 +155,7 @@ def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[i
     assert log.run["task"] == "sst2" and log.run["method"] == method
     assert log.run["exits"] == exits
     assert len(log.history) == epochs  # one record per epoch of each stage
-    summary = json.loads((model / TRAINING_LOG / METRICS).read_text())  # `dvc exp show`
+    summary = json.loads((model / TRAINING_LOG / "metrics.json").read_text())  # DVCLive's: `dvc exp show`
     assert summary["step"] == log.steps[-1]["step"] and f"score_L{exits[-1]}" in summary["dev"]
     assert [e["stage"] for e in log.history] == list(range(1, epochs + 1))
     assert all(len(e["dev_scores"]) == len(exits) for e in log.history)
