@@ -33,6 +33,7 @@ def test_read_angles_skips_steps_without_two_gradients(tmp_path: Path) -> None:
     assert summary["altered_rate"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.slow
 def test_angles_command_end_to_end(tmp_path: Path, make_project, monkeypatch) -> None:
     project = make_project(tmp_path / "p", train={"epochs": 1, "batch_size": 8})
     monkeypatch.chdir(project)

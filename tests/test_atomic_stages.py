@@ -213,6 +213,7 @@ def kill_mid_write(run_in_child, stage: StageRun, *extra: str) -> None:
 
 
 @pytest.mark.parametrize("stage", STAGE_PARAMS)
+@pytest.mark.slow
 def test_killed_first_run_leaves_no_output(stage: StageRun, work: Path, run_in_child) -> None:
     for out in stage.outputs:
         path = work / out
@@ -225,6 +226,7 @@ def test_killed_first_run_leaves_no_output(stage: StageRun, work: Path, run_in_c
 
 
 @pytest.mark.parametrize("stage", STAGE_PARAMS)
+@pytest.mark.slow
 def test_killed_rerun_keeps_the_previous_output(stage: StageRun, work: Path, run_in_child) -> None:
     previous = files_under(work, stage.outputs)
     assert previous, f"{stage.name} has no complete output to keep"
@@ -234,6 +236,7 @@ def test_killed_rerun_keeps_the_previous_output(stage: StageRun, work: Path, run
     assert changes_elsewhere(before, tree(work), stage.outputs) == []
 
 
+@pytest.mark.slow
 def test_killed_while_publishing_a_model_is_not_taken_as_trained(
     work: Path, complete: Path, run_in_child
 ) -> None:

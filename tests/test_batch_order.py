@@ -166,6 +166,7 @@ def _finetune(work: Path, widths: list[int] | None = None, **overrides: str) -> 
     return out
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_with_grouping_gives_the_same_weights(
     make_project, tmp_path: Path, monkeypatch
 ) -> None:

@@ -90,6 +90,7 @@ def test_bad_campaign_files_fail_in_one_line(tmp_path, params_dict, spec, messag
 # --- one campaign end to end on the tiny model ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:
     base = params_dict(glue_dir)
     write_campaign(
@@ -167,6 +168,7 @@ def committed_tasks() -> list[str]:
 
 
 @pytest.mark.skipif(not committed_tasks(), reason="no campaign runs committed yet")
+@pytest.mark.slow
 def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
     """reports/campaign/<task>/results.{json,md} and reports/README.md are what the committed run
     folders give (the check behind `dvc repro -s campaign/dvc.yaml:report`)."""

@@ -192,6 +192,7 @@ def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
     assert same["holm_p"] == 1.0
 
 
+@pytest.mark.slow
 def test_report_files(built: Path, tmp_path: Path) -> None:
     reports = at(tmp_path).reports()
     write_reports(load_campaign(built), reports)
@@ -239,6 +240,7 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert (campaign_reports(reports, "sst2") / RESULTS_JSON).read_text() == first
 
 
+@pytest.mark.slow
 def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None:
     """seeds 1-3, the ablation deebert on 1-2; ce and joint finished 1 and 3, deebert only 2:
     seed 3 is the only complete one, so deebert has no table row yet, only claims."""
@@ -332,6 +334,7 @@ def test_a_pick_no_better_than_the_majority_class_is_marked(tmp_path: Path, para
     assert "1.00x; " in text and "met 0/1; no pick 1/1 †" in text
 
 
+@pytest.mark.slow
 def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, params_dict) -> None:
     """ce and joint finished seeds 1-2, the ablation deebert only seed 1 of its 1-2: the
     claims' rows are over seeds 1-2, the ablation's over seed 1."""

@@ -236,6 +236,7 @@ def test_ablations_run_only_their_seeds(tmp_path: Path, params_dict) -> None:
         load_campaign(write_spec(tmp_path, params_dict(None), ablations=["ce"]))
 
 
+@pytest.mark.slow
 def test_tune_end_to_end_picks_on_validation(
     tmp_path: Path, params_dict, glue_dir: Path, monkeypatch
 ) -> None:

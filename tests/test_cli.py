@@ -122,6 +122,7 @@ def sst2_run(tmp_path_factory: pytest.TempPathFactory, params_dict,
     yield work
 
 
+@pytest.mark.slow
 def test_prepare_output(sst2_run: Path) -> None:
     data = at(sst2_run).data("sst2")
     names = [split_file(data, "dev").name, META, split_file(data, "train").name]
@@ -144,6 +145,7 @@ def test_prepare_output(sst2_run: Path) -> None:
     ("method", "exits", "epochs"),
     [("ce", [3], 1), ("joint", [1, 2, 3], 1), ("deebert", [1, 2, 3], 2)],
 )
+@pytest.mark.slow
 def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[int],
                                       epochs: int) -> None:  # fmt: skip
     model = at(sst2_run).model("sst2", method)
@@ -174,6 +176,7 @@ def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[i
     no_temp_leftovers(sst2_run)
 
 
+@pytest.mark.slow
 def test_stsb_joint_end_to_end(workdir: Path) -> None:
     ok("prepare", "--task", "stsb")
     meta = json.loads((at(workdir).data("stsb") / META).read_text())
@@ -319,6 +322,7 @@ def test_help_lists_the_task_and_method_tables() -> None:
     assert "--methods" not in ok("tradeoff", "--help").output  # the old spelling is hidden
 
 
+@pytest.mark.slow
 def test_method_lists_read_the_same_every_way(sst2_run: Path, monkeypatch) -> None:
     """-m repeated, -m with commas and the hidden old --methods choose the same methods."""
     monkeypatch.chdir(sst2_run)

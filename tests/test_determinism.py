@@ -59,10 +59,12 @@ def first(tmp_path_factory: pytest.TempPathFactory, make_project) -> Path:
     return run(make_project, tmp_path_factory.mktemp("first"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_bits(first: Path, make_project, tmp_path: Path) -> None:
     assert_identical(first, run(make_project, tmp_path / "second"))
 
 
+@pytest.mark.slow
 def test_checkpoints_and_logging_change_no_bits(first: Path, make_project, tmp_path: Path) -> None:
     """A checkpoint after every step and other progress lines touch no RNG and no weight."""
     second = run(
@@ -76,6 +78,7 @@ def test_checkpoints_and_logging_change_no_bits(first: Path, make_project, tmp_p
     assert_identical(first, second)
 
 
+@pytest.mark.slow
 def test_another_seed_other_bits(first: Path, make_project, tmp_path: Path) -> None:
     """The comparison can fail: a different seed gives different weights."""
     other = weights(run(make_project, tmp_path / "other", "--set", "train.seed=1"))

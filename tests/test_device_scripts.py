@@ -76,6 +76,7 @@ def _device_files(tmp_path: Path, folders: dict[str, dict | None]) -> Path:
     return files
 
 
+@pytest.mark.slow
 def test_land_adds_new_runs_keeps_existing_skips_unfinished_and_prints_the_commit(tmp_path):
     root = _checkout(tmp_path)
     here = campaign_at(root).run("mrpc", "ce", 1)
@@ -225,6 +226,7 @@ def _tar_names(out: Path) -> list[str]:
     return sorted(names)
 
 
+@pytest.mark.slow
 def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(tmp_path):
     root, env = _device_tree(tmp_path)
     out, stash = Path(env["OUT"]), Path(env["STASH"])
@@ -262,6 +264,7 @@ def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
     assert not list(Path(env["OUT"]).glob("runs*"))
 
 
+@pytest.mark.slow
 def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
     """Over PART_BYTES the folders go in several chunks, each a tarball of whole folders:
     land.sh lands any that came back; a damaged one stops it with one line."""
@@ -289,6 +292,7 @@ def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
     assert not campaign_at(again).runs().exists()
 
 
+@pytest.mark.slow
 def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
     """The tool kills a call at its own limit, which can come before LIMIT: the runs that had
     finished were sent during training (every EVERY seconds); PACK_ONLY=1 sends without

@@ -40,12 +40,14 @@ def _ignored(paths: list[str]) -> list[str]:
     return done.stdout.split()
 
 
+@pytest.mark.slow
 def test_no_published_report_file_is_ignored_by_dvc() -> None:
     files = sorted(str(p.relative_to(ROOT)) for p in at(ROOT).reports().rglob("*") if p.is_file())
     assert (campaign_reports(RELATIVE.reports()) / RESULTS_COST_PNG).as_posix() in files
     assert _ignored(files) == []
 
 
+@pytest.mark.slow
 def test_check_ignore_sees_a_pattern_that_would_hide_it(tmp_path: Path) -> None:
     """The probe itself works: the old pattern, in a scratch repository, hides the figure."""
     (tmp_path / ".dvc").mkdir()

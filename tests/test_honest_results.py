@@ -264,6 +264,7 @@ def test_onnx_speedups_shown_and_judged_by_the_same_bound() -> None:
     assert render(render_curves(old)).count(" - ") >= 4
 
 
+@pytest.mark.slow
 def test_evaluate_times_the_engines_it_is_given(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -286,6 +287,7 @@ ONNX_KEYS = ("onnx_speedup", "onnx_vs_torch_full")
 
 
 @pytest.mark.parametrize("engines", [("torch", "onnx"), ("torch",)])
+@pytest.mark.slow
 def test_sweep_records_the_timed_bound(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engines: tuple
 ) -> None:
@@ -389,6 +391,7 @@ def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aclpipe.study.tradeoff, "draw_exit_scores", lambda *args: None)
 
 
+@pytest.mark.slow
 def test_tradeoff_marks_a_model_at_chance(tmp_path: Path) -> None:
     """QNLI at chance: ce 52.10 against a floor of 51.50, joint's full model at 51.00."""
     task_dir = at(tmp_path).reports("qnli")

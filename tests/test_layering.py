@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "aclpipe"
 
 
@@ -73,6 +75,7 @@ def test_methods_do_not_import_the_config() -> None:
     assert "aclpipe.training.knobs" in graph["aclpipe.config"]
 
 
+@pytest.mark.slow
 def test_the_method_table_is_torch_free() -> None:
     """The CLI's help and checks, and the config, read the table without the training code."""
     script = "import sys, aclpipe.training.knobs\nprint('torch' in sys.modules)"
@@ -103,6 +106,7 @@ FORBIDDEN = ("sklearn", "datasets", *TRAINING_CODE, "aclpipe.data.prepare",
              "aclpipe.evaluation", "aclpipe.study", "aclpipe.early_exit.export")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_serving_modules_import_no_scipy() -> None:
     script = (
         "import sys\nimport aclpipe.cli, aclpipe.early_exit.predict\n"
@@ -113,6 +117,7 @@ def test_serving_modules_import_no_scipy() -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_predict_loads_no_training_stack(tmp_path: Path, tiny_model_dir: Path) -> None:
     """`aclpipe predict` end to end in a fresh interpreter, then a look at sys.modules."""
     from test_predict import save_folder

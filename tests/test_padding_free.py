@@ -134,6 +134,7 @@ def test_setting_resolution_on_supported(family):
     assert use_padding_free(False, encoder) is False
 
 
+@pytest.mark.slow
 def test_finetune_padding_free_matches_padded(
     make_params, tmp_path, glue_dir, tiny_model_dir_no_dropout
 ):

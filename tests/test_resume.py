@@ -188,6 +188,7 @@ def kill_after_progress(run: Run, steps: int, jitter_s: float | None, timeout_s:
     return run.kill()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(
     make_project, reference_runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -246,6 +247,7 @@ def test_sigkill_of_a_fresh_interpreter_then_resume(
 # Kills at chosen points, in a forked child --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -278,6 +280,7 @@ def test_kill_while_writing_a_checkpoint(
     assert_same_run(at(work).model("sst2", "joint"), reference_runs["joint"])
 
 
+@pytest.mark.slow
 def test_deebert_resumes_across_the_stage_boundary(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -311,6 +314,7 @@ def test_deebert_resumes_across_the_stage_boundary(
     assert [(e["stage"], e["epoch"]) for e in history] == [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
+@pytest.mark.slow
 def test_kill_between_the_two_renames_of_a_checkpoint(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -363,6 +367,7 @@ def _kill_after_first_checkpoint(run_in_child, *extra: str) -> None:
         (ckpt.STATE, "truncate"),
     ],
 )
+@pytest.mark.slow
 def test_damaged_checkpoint_is_one_line_error(
     make_project, run_in_child, tmp_path: Path, monkeypatch, name: str, damage: str
 ) -> None:
@@ -387,6 +392,7 @@ def test_damaged_checkpoint_is_one_line_error(
     assert not at(work).model("sst2", "joint").exists()
 
 
+@pytest.mark.slow
 def test_checkpoint_of_other_params_is_discarded(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:

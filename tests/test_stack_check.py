@@ -126,6 +126,7 @@ def test_the_sentence_under_the_stacks(tmp_path: Path) -> None:
     assert "differed in 1 of 3 files (metrics.json): a task's claims over runs on" in text
 
 
+@pytest.mark.slow
 def test_the_command_writes_the_check_and_the_overview_cites_it(
     built: Path,  # noqa: F811  (the fixture)
     tmp_path: Path,
@@ -220,6 +221,7 @@ def _scratch(root: Path) -> Path:
     return Path(args[args.index("--campaign") + 1]).parents[2]
 
 
+@pytest.mark.slow
 def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -> None:
     root = _checkout(tmp_path)
     usage = _script(root, "5.24.0", "mrpc")
@@ -247,6 +249,7 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
     assert not _scratch(root).exists()  # the scratch runs and the installed version are gone
 
 
+@pytest.mark.slow
 def test_the_script_cleans_up_a_failed_run_and_keeps_two_runs_that_differ(
     tmp_path: Path,
 ) -> None:

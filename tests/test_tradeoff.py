@@ -184,6 +184,7 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_every_file_is_written_and_parses_back(reports: Path) -> None:
     result = tradeoff(TASK, reports, console=quiet()[0])
     task_dir = reports / TASK
