@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine (README.md):
 #   make repro   set up .venv, then run the default DVC pipeline (dvc repro)
 #   make test    set up .venv, then run the test suite offline
+# (make test-fast: the same without the tests marked slow, for the edit-test loop)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test bench lint campaign
+.PHONY: setup repro test test-fast bench lint campaign
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +30,9 @@ campaign: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest
+
+test-fast: setup
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

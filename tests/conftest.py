@@ -19,6 +19,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from aclpipe.config import Params, params_from_dict  # noqa: E402
+from aclpipe.layout import PARAMS, Layout  # noqa: E402
 
 # Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP's thread
 # hand-offs make a 32-wide matmul a thousand times slower than one thread doing it.
@@ -207,10 +208,10 @@ def make_project(params_dict: Callable[..., dict[str, Any]], glue_dir: Path) -> 
     def build(folder: Path, **sections: dict[str, Any]) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         raw = params_dict(glue_dir, **sections)
-        (folder / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+        (folder / PARAMS).write_text(yaml.safe_dump(raw), encoding="utf-8")
         params = params_from_dict(raw)
         prepare(
-            get_task("sst2"), params.data, params.model.name, folder / "data" / "sst2", glue_dir
+            get_task("sst2"), params.data, params.model.name, Layout(folder).data("sst2"), glue_dir
         )
         return folder
 

@@ -7,9 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from paths import at
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
+from aclpipe.layout import ANGLES_JSON, ANGLES_PNG
 from aclpipe.run_log import write_run_log
 from aclpipe.study.angles import read_angles, summarise
 
@@ -31,21 +33,22 @@ def test_read_angles_skips_steps_without_two_gradients(tmp_path: Path) -> None:
     assert summary["altered_rate"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.slow
 def test_angles_command_end_to_end(tmp_path: Path, make_project, monkeypatch) -> None:
     project = make_project(tmp_path / "p", train={"epochs": 1, "batch_size": 8})
     monkeypatch.chdir(project)
     result = CliRunner().invoke(app, ["angles", "--task", "sst2", "-m", "scl", "--method", "acl"])
     assert result.exit_code == 0, result.output
-    report = json.loads((project / "reports/sst2/angles/angles.json").read_text())
+    report = json.loads((at(project).angles("sst2") / ANGLES_JSON).read_text())
     assert set(report["methods"]) == {"scl", "acl"}
     for summary in report["methods"].values():
         assert summary["steps"] > 0 and len(summary["angles"]) == summary["steps"]
         assert all(0.0 <= a <= 180.0 for a in summary["angles"])
         assert math.isfinite(summary["mean_angle"])
     assert report["methods"]["scl"]["altered_rate"] == 0.0  # a plain sum never drops
-    png = (project / "reports/sst2/angles/angles.png").read_bytes()
+    png = (at(project).angles("sst2") / ANGLES_PNG).read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert not (project / "models").exists() or not any((project / "models").rglob("*.safetensors"))
+    assert not at(project).models().exists() or not any(at(project).models().rglob("*.safetensors"))
 
 
 def test_angles_refuses_a_method_without_an_auxiliary_term(

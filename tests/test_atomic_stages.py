@@ -21,7 +21,19 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, ok, tree
+from paths import RELATIVE, at
 
+from aclpipe.layout import (
+    CURVES_CSV,
+    EMBEDDINGS_ONNX,
+    EXIT_SCORES_PNG,
+    EXPORT_JSON,
+    META,
+    MODEL_CONFIG,
+    TOKENIZER,
+    TRAINING_LOG,
+    WEIGHTS,
+)
 from aclpipe.study.tradeoff import NAMES
 
 
@@ -65,7 +77,7 @@ def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def write_segments(model, names, batches, folder, what, opset=None) -> dict:
         stub = lambda name: (folder / name).write_bytes(f"stub {name} {time.time_ns()}".encode())  # noqa: E731
-        stub("embeddings.onnx")
+        stub(EMBEDDINGS_ONNX)
         segments, start = [], 0
         for layer in model.spec.exits:
             stub(f"segment_{layer}.onnx")
@@ -73,7 +85,7 @@ def fake_onnx_export(monkeypatch: pytest.MonkeyPatch) -> None:
                              "exit": layer, "max_abs_diff_states": 0.0,
                              "max_abs_diff_logits": 0.0, "chain_max_abs_diff_logits": 0.0})  # fmt: skip
             start = layer
-        embeddings = {"file": "embeddings.onnx", "inputs": names, "max_abs_diff_states": 0.0}
+        embeddings = {"file": EMBEDDINGS_ONNX, "inputs": names, "max_abs_diff_states": 0.0}
         return {"embeddings": embeddings, "segments": segments, "states": "last", "tolerance": 1e-4}
 
     monkeypatch.setattr(export, "write_segments", write_segments)
@@ -121,21 +133,21 @@ STAGES = [
         "prepare",
         ("prepare", "--task", "sst2"),
         ("--set", "data.max_train_samples=10"),
-        "meta.json",
-        ("data/sst2",),
+        META,
+        (RELATIVE.data("sst2").as_posix(),),
     ),
     StageRun(
         "finetune",
         ("finetune", "--task", "sst2", "--method", "joint"),
         ("--set", "train.seed=1"),
-        "aclpipe_model.json",
+        MODEL_CONFIG,
         tuple(
-            f"models/sst2/joint/{n}"
+            (RELATIVE.model("sst2", "joint") / n).as_posix()
             for n in (
-                "model.safetensors",
-                "aclpipe_model.json",
-                "tokenizer",
-                "dvclive",
+                WEIGHTS,
+                MODEL_CONFIG,
+                TOKENIZER,
+                TRAINING_LOG,
             )
         ),
     ),
@@ -143,22 +155,22 @@ STAGES = [
         "evaluate",
         ("evaluate", "--task", "sst2", "--method", "joint"),
         ("--set", "evaluate.grid_points=3"),
-        "curves.csv",
-        ("reports/sst2/joint",),
+        CURVES_CSV,
+        (RELATIVE.report("sst2", "joint").as_posix(),),
     ),
     StageRun(
         "export-exits",
         ("export-exits", "--task", "sst2", "--method", "joint"),
         (),  # the stub graphs differ from run to run
-        "export.json",
-        ("models/sst2/joint/export",),
+        EXPORT_JSON,
+        (RELATIVE.export("sst2", "joint").as_posix(),),
     ),
     StageRun(
         "tradeoff",
         ("tradeoff", "--task", "sst2"),
         ("--method", "ce"),
-        "exit_scores.png",
-        tuple(f"reports/sst2/{n}" for n in NAMES),
+        EXIT_SCORES_PNG,
+        tuple((RELATIVE.reports("sst2") / n).as_posix() for n in NAMES),
     ),
 ]
 _XFAIL: dict = {}
@@ -201,6 +213,7 @@ def kill_mid_write(run_in_child, stage: StageRun, *extra: str) -> None:
 
 
 @pytest.mark.parametrize("stage", STAGE_PARAMS)
+@pytest.mark.slow
 def test_killed_first_run_leaves_no_output(stage: StageRun, work: Path, run_in_child) -> None:
     for out in stage.outputs:
         path = work / out
@@ -213,6 +226,7 @@ def test_killed_first_run_leaves_no_output(stage: StageRun, work: Path, run_in_c
 
 
 @pytest.mark.parametrize("stage", STAGE_PARAMS)
+@pytest.mark.slow
 def test_killed_rerun_keeps_the_previous_output(stage: StageRun, work: Path, run_in_child) -> None:
     previous = files_under(work, stage.outputs)
     assert previous, f"{stage.name} has no complete output to keep"
@@ -222,13 +236,14 @@ def test_killed_rerun_keeps_the_previous_output(stage: StageRun, work: Path, run
     assert changes_elsewhere(before, tree(work), stage.outputs) == []
 
 
+@pytest.mark.slow
 def test_killed_while_publishing_a_model_is_not_taken_as_trained(
     work: Path, complete: Path, run_in_child
 ) -> None:
     """Killed between the renames that move a new model into place: the file readers check for
     (aclpipe_model.json) is gone, so evaluate refuses the folder; a rerun finishes from the
     last checkpoint and publishes the same model an unbroken run does."""
-    model_dir = work / "models" / "sst2" / "joint"
+    model_dir = at(work).model("sst2", "joint")
 
     def body() -> None:
         replace, moved = os.replace, []
@@ -244,16 +259,16 @@ def test_killed_while_publishing_a_model_is_not_taken_as_trained(
         invoke("finetune", "--task", "sst2", "--method", "joint", "--set", "train.seed=1")
 
     assert killed(run_in_child(body))
-    assert not (model_dir / "aclpipe_model.json").exists()
+    assert not (model_dir / MODEL_CONFIG).exists()
     result = invoke("evaluate", "--task", "sst2", "--method", "joint")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: no trained model in models/sst2/joint")
     output = ok("finetune", "--task", "sst2", "--method", "joint", "--set", "train.seed=1")
     assert "resuming joint on sst2" in output  # the checkpoint outlives a failed publish
     ok("finetune", "--task", "sst2", "--method", "joint")  # back to the complete run's params
-    names = ("model.safetensors", "aclpipe_model.json")
+    names = (WEIGHTS, MODEL_CONFIG)
     for name in names:
         assert (model_dir / name).read_bytes() == (
-            complete / "models/sst2/joint" / name
+            at(complete).model("sst2", "joint") / name
         ).read_bytes()
-    assert tree(model_dir / "dvclive") == tree(complete / "models/sst2/joint/dvclive")
+    assert tree(model_dir / TRAINING_LOG) == tree(at(complete).model("sst2", "joint") / TRAINING_LOG)

@@ -20,6 +20,9 @@ import pytest
 import torch
 import yaml
 from cli_helpers import invoke, tree
+from paths import RELATIVE, at
+
+from aclpipe.layout import MODEL_CONFIG, PARAMS, WEIGHTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
 Arrange = Callable[[Path], list[str]]  # makes the bad input in the project; returns the command
@@ -41,7 +44,7 @@ def command(*args: str) -> Arrange:
 
 def _glue_copy(work: Path, folder: str) -> Path:
     """A copy of the tiny GLUE folder ``folder`` under ``work/glue-bad`` to spoil."""
-    source = Path(yaml.safe_load((work / "params.yaml").read_text())["data"]["glue_dir"])
+    source = Path(yaml.safe_load((work / PARAMS).read_text())["data"]["glue_dir"])
     shutil.copytree(source / folder, work / "glue-bad" / folder)
     return work / "glue-bad" / folder
 
@@ -66,9 +69,9 @@ def params(edit: Callable[[dict], None], *args: str) -> Arrange:
     """``args`` with params.yaml changed by ``edit``."""
 
     def arrange(work: Path) -> list[str]:
-        raw = yaml.safe_load((work / "params.yaml").read_text())
+        raw = yaml.safe_load((work / PARAMS).read_text())
         edit(raw)
-        (work / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+        (work / PARAMS).write_text(yaml.safe_dump(raw), encoding="utf-8")
         return list(args)
 
     return arrange
@@ -76,7 +79,7 @@ def params(edit: Callable[[dict], None], *args: str) -> Arrange:
 
 def params_text(text: bytes, *args: str) -> Arrange:
     def arrange(work: Path) -> list[str]:
-        (work / "params.yaml").write_bytes(text)
+        (work / PARAMS).write_bytes(text)
         return list(args)
 
     return arrange
@@ -98,7 +101,7 @@ def sets(*items: str, args: tuple[str, ...] = ()) -> Arrange:
 
 def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
     def arrange(work: Path) -> list[str]:
-        path = work / "models" / "sst2" / "ce" / file
+        path = at(work).model("sst2", "ce") / file
         path.write_bytes(spoil(path.read_bytes()))
         return ["evaluate", "--task", "sst2", "--method", "ce"]
 
@@ -115,7 +118,7 @@ def predict(lines: str, *options: str) -> Arrange:
 
     def arrange(work: Path) -> list[str]:
         (work / "in.txt").write_text(lines, encoding="utf-8")
-        model = ["--model", "models/sst2/ce"]
+        model = ["--model", RELATIVE.model("sst2", "ce").as_posix()]
         return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", *options]
 
     return arrange
@@ -123,7 +126,7 @@ def predict(lines: str, *options: str) -> Arrange:
 
 def other_model(work: Path) -> list[str]:
     """A copy of the tiny model under another name: data/sst2 was tokenized for the first."""
-    source = Path(yaml.safe_load((work / "params.yaml").read_text())["model"]["name"])
+    source = Path(yaml.safe_load((work / PARAMS).read_text())["model"]["name"])
     shutil.copytree(source, work / "other-model")
     return ["finetune", "--task", "sst2", "--method", "ce", "--set", "model.name=other-model"]
 
@@ -195,10 +198,10 @@ CASES: list[Case] = [
          command(*stage("evaluate", method="joint"))),
     Case("model-truncated", "a truncated model.safetensors",
          r"model in models/sst2/ce is damaged or truncated \(SafetensorError\)",
-         spoil_model("model.safetensors", _truncate)),
+         spoil_model(WEIGHTS, _truncate)),
     Case("model-config-damaged", "a damaged aclpipe_model.json",
          r"model in models/sst2/ce is damaged or truncated \(JSONDecodeError\)",
-         spoil_model("aclpipe_model.json", _truncate)),
+         spoil_model(MODEL_CONFIG, _truncate)),
     Case("export-not-trained", "export a method that was never trained",
          r"no trained model in models/sst2/joint", command(*stage("export-exits", method="joint"))),
     Case("model-id-offline", "a hub model id while offline",
@@ -284,13 +287,13 @@ CASES: list[Case] = [
     Case("predict-patience-fraction", "a patience that is not a whole number",
          r"patience 0\.5 must be a whole number >= 1", policy("patience", "0.5")),
     Case("predict-input-missing", "--input names a missing file", r"input file nope\.txt not found",
-         command("predict", "--model", "models/sst2/ce", "--input", "nope.txt", "--output", "out.jsonl")),
+         command("predict", "--model", RELATIVE.model("sst2", "ce").as_posix(), "--input", "nope.txt", "--output", "out.jsonl")),
     Case("predict-line-with-two-tabs", "an input line with two tabs",
          r"input line 2 has 2 tabs: give one sentence per line, or two sentences separated by one tab",
          predict("good .\na\tb\tc\n")),
     Case("predict-model-missing", "--model names a folder without a model",
          r"no trained model in models/sst2/nothing",
-         command("predict", "--model", "models/sst2/nothing", "--input", "-")),
+         command("predict", "--model", RELATIVE.model("sst2", "nothing").as_posix(), "--input", "-")),
     Case("predict-onnx-without-export", "--engine onnx on a model folder (no export.json)",
          r"--engine onnx needs the folder `aclpipe export-exits` writes \(models/<task>/<method>/export\), "
          r"with export.json; models/sst2/ce has none: give that folder, or use --engine torch",

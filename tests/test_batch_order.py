@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from paths import at
 from rich.console import Console
 from safetensors.torch import load_file
 
 import aclpipe.training.loop as loop
 from aclpipe.config import load_params
 from aclpipe.data.tasks import get_task
+from aclpipe.layout import PARAMS, WEIGHTS
 from aclpipe.modeling.batching import collate
 from aclpipe.stages.finetune import finetune
 from aclpipe.training.batch_order import MEGA_BATCHES, epoch_order, mega_batch_size
@@ -156,15 +158,16 @@ def _finetune(work: Path, widths: list[int] | None = None, **overrides: str) -> 
         return batch
 
     sets = [f"{k}={v}" for k, v in overrides.items()]
-    params = load_params(work / "params.yaml", sets)
-    out = work / "models" / "sst2" / "joint"
+    params = load_params(work / PARAMS, sets)
+    out = at(work).model("sst2", "joint")
     quiet = Console(file=io.StringIO())
     finetune(
-        get_task("sst2"), "joint", params, work / "data" / "sst2", out, quiet, collate=recording
+        get_task("sst2"), "joint", params, at(work).data("sst2"), out, quiet, collate=recording
     )
     return out
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_with_grouping_gives_the_same_weights(
     make_project, tmp_path: Path, monkeypatch
 ) -> None:
@@ -192,6 +195,6 @@ def test_resume_mid_epoch_with_grouping_gives_the_same_weights(
     resumed = _finetune(work, resumed_widths, **{"train.save_every": "1"})
 
     assert resumed_widths == reference_widths[17:]  # the same batches from the checkpoint on
-    got, want = load_file(resumed / "model.safetensors"), load_file(reference / "model.safetensors")
+    got, want = load_file(resumed / WEIGHTS), load_file(reference / WEIGHTS)
     assert got.keys() == want.keys()
     assert [k for k in want if not torch.equal(got[k], want[k])] == []

@@ -12,23 +12,37 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from paths import REPO, at, campaign_at
 from rich.console import Console
 from typer.testing import CliRunner
 
 from aclpipe.cli import app, parse_list
 from aclpipe.errors import UserError
+from aclpipe.layout import (
+    CAMPAIGN,
+    CAMPAIGN_PARAMS,
+    CURVES_CSV,
+    CURVES_JSON,
+    DVC_YAML,
+    METRICS,
+    PREDICTIONS,
+    REPORTS_README,
+    RESULTS_JSON,
+    RESULTS_MD,
+    RUN_RECORD,
+    TRAINING_LOG,
+    Layout,
+)
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.campaign_markdown import campaign_reports
 from aclpipe.study.campaign_report import write_reports
 from aclpipe.study.campaign_runner import _run_logged, pending, run_pending
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def write_campaign(folder: Path, base: dict, **spec) -> Path:
     """``folder/campaign/params.yaml``: the tiny model's params plus a campaign section."""
     campaign = {"tasks": ["sst2"], "seeds": [1, 2], "runs": ["ce", "joint"], **spec}
-    path = folder / "campaign" / "params.yaml"
+    path = folder / CAMPAIGN_PARAMS
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
     return path
@@ -50,7 +64,7 @@ def test_run_params_apply_task_settings_variant_and_seed(tmp_path: Path, params_
     assert params.method("acl").acl_grad is False and params.train.seed == 2
     assert params.data.max_length == 16 and params.train.epochs == 2
     assert campaign.params("sst2", "ce", 1).method("acl").acl_grad is True  # only the variant
-    assert campaign.run_dir("sst2", "acl-nograd", 2) == path.parent / "runs/sst2/acl-nograd-s2"
+    assert campaign.run_dir("sst2", "acl-nograd", 2) == Layout(path.parent).runs("sst2") / "acl-nograd-s2"
 
 
 @pytest.mark.parametrize(
@@ -76,6 +90,7 @@ def test_bad_campaign_files_fail_in_one_line(tmp_path, params_dict, spec, messag
 # --- one campaign end to end on the tiny model ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:
     base = params_dict(glue_dir)
     write_campaign(
@@ -87,7 +102,7 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     )
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    flag = ["--campaign", "campaign/params.yaml"]
+    flag = ["--campaign", CAMPAIGN_PARAMS]
     result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2,qnli", *flag])
     assert result.exit_code == 2 and "task 'qnli' is not in campaign.tasks" in result.output
     result = runner.invoke(app, ["campaign", "prepare", *flag])  # default: campaign.tasks
@@ -96,16 +111,16 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
         args = ["campaign", "run", "--task", "sst2", "--run", run, "--seed", "1", *flag]
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
-    seed_1 = {p: p.stat().st_mtime_ns for p in (tmp_path / "campaign/runs").rglob("*-s1/*")}
+    seed_1 = {p: p.stat().st_mtime_ns for p in campaign_at(tmp_path).runs().rglob("*-s1/*")}
     result = runner.invoke(app, ["campaign", "run-pending", "--workers", "2", *flag])
     assert result.exit_code == 0, result.output  # seed 2 in two worker processes
     assert "3 runs to do, 2 at a time" in result.output and "3 runs written" in result.output
     commit = "dvc commit -f " + " ".join(
-        f"campaign/dvc.yaml:run@2-sst2-{run}" for run in ("acl-nograd", "ce", "joint")
+        f"{CAMPAIGN}/{DVC_YAML}:run@2-sst2-{run}" for run in ("acl-nograd", "ce", "joint")
     )
     assert commit in " ".join(result.output.split())  # the stages to record, whatever the wrap
     assert {p: p.stat().st_mtime_ns for p in seed_1} == seed_1  # finished runs are not redone
-    assert (tmp_path / "campaign/models/sst2/joint-s2.log").read_text().strip()
+    assert campaign_at(tmp_path).run_log("sst2", "joint", 2).read_text().strip()
     result = runner.invoke(app, ["campaign", "run-pending", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output
     for args, message in [
@@ -121,21 +136,21 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     args = ["campaign", "run", "--task", "sst2", "--run", "ce", "--seed", "7", *flag]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output
-    run_dir = tmp_path / "campaign/runs/sst2/acl-nograd-s2"
-    record = json.loads((run_dir / "run.json").read_text())
+    run_dir = campaign_at(tmp_path).run("sst2", "acl-nograd", 2)
+    record = json.loads((run_dir / RUN_RECORD).read_text())
     assert record["method"] == "acl" and record["params"]["train"]["seed"] == 2
     assert record["params"]["methods"]["acl"]["acl_grad"] is False
     assert record["environment"]["device"] == "cpu"  # the tiny params set train.device cpu
     assert record["environment"]["torch"] == torch.__version__
     assert {p.name for p in run_dir.iterdir()} == {
-        "metrics.json", "curves.json", "curves.csv", "dvclive", "run.json", "predictions.npz"
+        METRICS, CURVES_JSON, CURVES_CSV, TRAINING_LOG, RUN_RECORD, PREDICTIONS
     }  # fmt: skip
-    assert not (tmp_path / "campaign/models/sst2/acl-nograd-s2").exists()  # weights dropped
+    assert not campaign_at(tmp_path).scratch("sst2", "acl-nograd", 2).exists()  # weights dropped
     result = runner.invoke(app, ["campaign", "report", *flag])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "reports/campaign/sst2/results.json").read_text())
+    summary = json.loads((campaign_reports(at(tmp_path).reports(), "sst2") / RESULTS_JSON).read_text())
     finals = [
-        json.loads((tmp_path / f"campaign/runs/sst2/joint-s{s}/metrics.json").read_text())
+        json.loads((campaign_at(tmp_path).run("sst2", "joint", s) / METRICS).read_text())
         for s in (1, 2)
     ]
     expected = statistics.fmean(m["final_score"] for m in finals)
@@ -148,29 +163,30 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
 
 
 def committed_tasks() -> list[str]:
-    runs = REPO / "campaign" / "runs"
+    runs = campaign_at(REPO).runs()
     return sorted(p.name for p in runs.iterdir()) if runs.exists() else []
 
 
 @pytest.mark.skipif(not committed_tasks(), reason="no campaign runs committed yet")
+@pytest.mark.slow
 def test_committed_reports_match_committed_runs(tmp_path: Path) -> None:
     """reports/campaign/<task>/results.{json,md} and reports/README.md are what the committed run
     folders give (the check behind `dvc repro -s campaign/dvc.yaml:report`)."""
     cwd = os.getcwd()
     os.chdir(REPO)  # the campaign's paths are relative to the repository root
     try:
-        write_reports(load_campaign(Path("campaign/params.yaml")), tmp_path)
+        write_reports(load_campaign(Path(CAMPAIGN_PARAMS)), tmp_path)
     finally:
         os.chdir(cwd)
     for task in committed_tasks():
-        for name in ("results.json", "results.md"):
+        for name in (RESULTS_JSON, RESULTS_MD):
             rebuilt = (campaign_reports(tmp_path, task) / name).read_text(encoding="utf-8")
-            committed = campaign_reports(REPO / "reports", task) / name
+            committed = campaign_reports(at(REPO).reports(), task) / name
             assert rebuilt == committed.read_text(encoding="utf-8"), (
                 f"{committed.relative_to(REPO)} is stale: run `aclpipe campaign report`"
             )
-    overview = (tmp_path / "README.md").read_text(encoding="utf-8")
-    assert overview == (REPO / "reports" / "README.md").read_text(encoding="utf-8")
+    overview = (tmp_path / REPORTS_README).read_text(encoding="utf-8")
+    assert overview == (at(REPO).reports() / REPORTS_README).read_text(encoding="utf-8")
 
 
 def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
@@ -190,5 +206,5 @@ def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
     # a failing run leaves its traceback in its log (here: no prepared data)
     with pytest.raises(UserError):
         _run_logged(str(path), "run", "sst2", "joint", 2, 1)
-    log = (path.parent / "models/sst2/joint-s2.log").read_text()
+    log = Layout(path.parent).run_log("sst2", "joint", 2).read_text()
     assert "Traceback" in log and "UserError" in log

@@ -11,15 +11,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from paths import at
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
-from aclpipe.layout import RESULTS_COST_PNG
+from aclpipe.layout import (
+    CAMPAIGN,
+    CAMPAIGN_PARAMS,
+    LEGACY_STEPS,
+    METRICS,
+    PREDICTIONS,
+    REPORTS_README,
+    RESULTS_COST_PNG,
+    RESULTS_EXITS_PNG,
+    RESULTS_JSON,
+    RESULTS_MD,
+    RUN_RECORD,
+    Layout,
+)
 from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign_markdown import campaign_reports
 from aclpipe.study.campaign_overview import overview_markdown
 from aclpipe.study.campaign_report import summarise_task, write_reports
 
@@ -46,7 +61,7 @@ def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
               predictions: bool = True, majority: float = 0.5,
               cosines: list[float] | None = None) -> Path:  # fmt: skip
     """A run folder as ``campaign run`` writes it; ``data_seed`` fixes its outputs."""
-    folder = root / "runs" / "sst2" / f"{run}-s{seed}"
+    folder = Layout(root).run("sst2", run, seed)
     folder.mkdir(parents=True)
     data_seed = seed if data_seed is None else data_seed
     dev_logits, dev_labels = outputs(data_seed, N_DEV, skill)
@@ -54,7 +69,7 @@ def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
     exits = list(range(EXITS - len(skill) + 1, EXITS + 1))
     if predictions:
         np.savez_compressed(
-            folder / "predictions.npz", exits=np.array(exits), num_layers=np.array(EXITS),
+            folder / PREDICTIONS, exits=np.array(exits), num_layers=np.array(EXITS),
             dev_logits=dev_logits, dev_labels=dev_labels,
             validation_logits=val_logits, validation_labels=val_labels,
         )  # fmt: skip
@@ -67,17 +82,17 @@ def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
         "data": {"splits": {"train": {"examples": 100}, "dev": {"examples": N_DEV}}},
         "command": f"aclpipe campaign run --task sst2 --run {run} --seed {seed}",
     }  # fmt: skip
-    (folder / "metrics.json").write_text(json.dumps(metrics))
-    (folder / "run.json").write_text(json.dumps(record))
+    (folder / METRICS).write_text(json.dumps(metrics))
+    (folder / RUN_RECORD).write_text(json.dumps(record))
     if cosines:  # the training log (its legacy form): one cosine per step
         rows = [{"step": i + 1, "cosine": c, "altered": c < 0} for i, c in enumerate(cosines)]
-        (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / LEGACY_STEPS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
 
 def write_campaign(folder: Path, base: dict, **spec) -> Path:
     campaign = {"tasks": ["sst2"], "seeds": [1, 2, 3], **spec}
-    path = folder / "campaign" / "params.yaml"
+    path = folder / CAMPAIGN_PARAMS
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
     return path
@@ -177,10 +192,11 @@ def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
     assert same["holm_p"] == 1.0
 
 
+@pytest.mark.slow
 def test_report_files(built: Path, tmp_path: Path) -> None:
-    reports = tmp_path / "reports"
+    reports = at(tmp_path).reports()
     write_reports(load_campaign(built), reports)
-    text = (reports / "campaign" / "sst2" / "results.md").read_text()
+    text = (campaign_reports(reports, "sst2") / RESULTS_MD).read_text()
     assert "(12 of 15 runs done)" in text
     assert "Not run yet: deebert (seeds 2, 3); acl-cl (seeds 3)" in text
     assert "Finished but left out of the tables until every run of its set has that seed" in text
@@ -193,12 +209,12 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert text.count("Majority-class score") >= 4  # claims, every exit, budgets (+ scores)
     assert "cpu, torch 2.0, transformers 4.0, Python 3.11 (11 runs)" in text
     assert "| budget 0 points | budget 1 point |" in text
-    for name in ("results.json", "results_exits.png"):
-        assert (reports / "campaign" / "sst2" / name).stat().st_size > 0
-    assert (reports / "campaign" / RESULTS_COST_PNG).stat().st_size > 0
+    for name in (RESULTS_JSON, RESULTS_EXITS_PNG):
+        assert (campaign_reports(reports, "sst2") / name).stat().st_size > 0
+    assert (campaign_reports(reports) / RESULTS_COST_PNG).stat().st_size > 0
     # nothing in reports/<task>/: the default pipeline's tradeoff stage depends on that folder
-    assert sorted(p.name for p in reports.iterdir()) == ["README.md", "campaign"]
-    overview = (reports / "README.md").read_text()
+    assert sorted(p.name for p in reports.iterdir()) == sorted([REPORTS_README, CAMPAIGN])
+    overview = (reports / REPORTS_README).read_text()
     assert "12 of 15 planned runs done" in overview
     assert "[sst2](campaign/sst2/results.md)" in overview
     assert "every task: campaign/results_score_vs_time.png" in overview
@@ -219,11 +235,12 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     floor_row = next(r for r in text.splitlines() if r.startswith("| Noise floor"))
     assert "| 0.9960 | - | **worse** |" in floor_row  # not in the family
     assert "but not when each task's claims are taken as one family" not in overview
-    first = (reports / "campaign" / "sst2" / "results.json").read_text()
+    first = (campaign_reports(reports, "sst2") / RESULTS_JSON).read_text()
     write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
-    assert (reports / "campaign" / "sst2" / "results.json").read_text() == first
+    assert (campaign_reports(reports, "sst2") / RESULTS_JSON).read_text() == first
 
 
+@pytest.mark.slow
 def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None:
     """seeds 1-3, the ablation deebert on 1-2; ce and joint finished 1 and 3, deebert only 2:
     seed 3 is the only complete one, so deebert has no table row yet, only claims."""
@@ -244,10 +261,10 @@ def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None
     # ce has no seed 2: deebert's budgets count from its own full model there, and say so
     assert all(c["own_reference"] == 1 for c in summary["runs"]["deebert"]["budgets"].values())
     assert all(c["own_reference"] == 0 for c in summary["runs"]["joint"]["budgets"].values())
-    write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
+    write_reports(load_campaign(path), at(tmp_path).reports())
+    text = (campaign_reports(at(tmp_path).reports(), "sst2") / RESULTS_MD).read_text()
     assert "(seeds 1, 3; the ablations' rows over each one's own seeds" in text
-    overview = (tmp_path / "reports" / "README.md").read_text()
+    overview = (at(tmp_path).reports() / REPORTS_README).read_text()
     assert (
         "Noise floor: ce against deebert's final exit (the same CE fine-tune): no common"
         in overview
@@ -295,8 +312,8 @@ def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict
     summary = summarise_task(load_campaign(path), "sst2", resamples=200)
     budgets = summary["runs"]["joint"]["budgets"]
     assert all(cell["below_majority"] and cell["seeds"] == 2 for cell in budgets.values())
-    write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
+    write_reports(load_campaign(path), at(tmp_path).reports())
+    text = (campaign_reports(at(tmp_path).reports(), "sst2") / RESULTS_MD).read_text()
     assert text.count("†") >= 5 and "a constant guess would pass it" in text
     assert "dev 99.0, validation 99.0" in text
 
@@ -312,11 +329,12 @@ def test_a_pick_no_better_than_the_majority_class_is_marked(tmp_path: Path, para
         assert cell["admitted"] == 0 and cell["speedup"] == 1.0 and cell["met"] == 0
         assert cell["pick_below_majority"] and not cell["floor_below_majority"]
         assert cell["below_majority"]
-    write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
+    write_reports(load_campaign(path), at(tmp_path).reports())
+    text = (campaign_reports(at(tmp_path).reports(), "sst2") / RESULTS_MD).read_text()
     assert "1.00x; " in text and "met 0/1; no pick 1/1 †" in text
 
 
+@pytest.mark.slow
 def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, params_dict) -> None:
     """ce and joint finished seeds 1-2, the ablation deebert only seed 1 of its 1-2: the
     claims' rows are over seeds 1-2, the ablation's over seed 1."""
@@ -331,8 +349,8 @@ def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, para
     assert summary["runs"]["joint"]["seeds"] == [1, 2]
     assert summary["runs"]["deebert"]["seeds"] == [1]
     assert summary["left_out"] == {}
-    write_reports(load_campaign(path), tmp_path / "reports")
-    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
+    write_reports(load_campaign(path), at(tmp_path).reports())
+    text = (campaign_reports(at(tmp_path).reports(), "sst2") / RESULTS_MD).read_text()
     assert "(seeds 1, 2; the ablations' rows over seeds 1, those every ablation" in text
 
 
@@ -382,7 +400,7 @@ def test_plot_panels_put_each_ablation_beside_the_run_it_changes() -> None:
     from aclpipe.study.campaign_plots import panels, parent
 
     campaign = Campaign(
-        path=Path("campaign/params.yaml"),
+        path=Path(CAMPAIGN_PARAMS),
         base={},
         tasks=["rte"],
         seeds=[1, 2],
@@ -443,9 +461,9 @@ def test_runs_scored_on_other_data_are_a_one_line_error(tmp_path: Path, params_d
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
     write_run(path.parent, "ce", "ce", 1, [0.7])
     odd = write_run(path.parent, "joint", "joint", 1, MULTI)
-    record = json.loads((odd / "run.json").read_text())
+    record = json.loads((odd / RUN_RECORD).read_text())
     record["data"]["max_length"] = 128  # prepared at another length: other examples' tokens
-    (odd / "run.json").write_text(json.dumps(record))
+    (odd / RUN_RECORD).write_text(json.dumps(record))
     with pytest.raises(UserError, match=r"other data than .* differs in max_length\)"):
         summarise_task(load_campaign(path), "sst2")
     result = CliRunner().invoke(app, ["campaign", "report", "--campaign", str(path)])
@@ -458,10 +476,10 @@ def test_runs_scored_on_other_dev_examples_are_a_one_line_error(tmp_path: Path,
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
     write_run(path.parent, "ce", "ce", 1, [0.7])
     odd = write_run(path.parent, "joint", "joint", 1, MULTI)
-    with np.load(odd / "predictions.npz") as z:
+    with np.load(odd / PREDICTIONS) as z:
         arrays = dict(z)
     arrays["dev_labels"] = arrays["dev_labels"][::-1].copy()  # the same labels, another order
-    np.savez_compressed(odd / "predictions.npz", **arrays)
+    np.savez_compressed(odd / PREDICTIONS, **arrays)
     with pytest.raises(UserError, match="scored other dev examples than"):
         summarise_task(load_campaign(path), "sst2")
 

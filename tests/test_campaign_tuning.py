@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from paths import at, campaign_at
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -20,10 +21,26 @@ from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
+from aclpipe.layout import (
+    CAMPAIGN,
+    CAMPAIGN_PARAMS,
+    CURVES_JSON,
+    DVC_YAML,
+    METRICS,
+    PREDICTIONS,
+    RUN_RECORD,
+    TRAINING_LOG,
+    TRAINING_LOG_PARAMS,
+    TUNING_MD,
+    VALIDATION,
+    Layout,
+    split_file,
+)
 from aclpipe.stages.evaluate import evaluate
 from aclpipe.stages.finetune import finetune
 from aclpipe.stages.prepare import carve_validation, prepare
 from aclpipe.study.campaign import config_name, load_campaign
+from aclpipe.study.campaign_markdown import campaign_reports
 from aclpipe.study.campaign_runner import TUNE, commit_command, pending, pending_tuning
 from aclpipe.study.tuning import applied, summarise
 
@@ -85,7 +102,7 @@ def test_prepare_writes_the_validation_split(tmp_path: Path, params_dict, glue_d
     plain = params_from_dict(params_dict(glue_dir))
     meta = prepare(SST2, plain.data, plain.model.name, tmp_path / "plain", glue_dir)
     assert "validation_fraction" not in meta and "validation" not in meta["splits"]
-    assert not (tmp_path / "plain" / "validation.jsonl").exists()
+    assert not split_file(tmp_path / "plain", VALIDATION).exists()
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
@@ -106,7 +123,7 @@ def test_evaluate_keeps_every_exit_on_dev_and_validation(
     console = Console(file=open(tmp_path / "log.txt", "w"))
     finetune(SST2, "joint", params, data_dir, model_dir, console)
     report = evaluate(SST2, "joint", model_dir, data_dir, out, params.evaluate, "cpu", console)
-    saved = np.load(out / "predictions.npz")
+    saved = np.load(out / PREDICTIONS)
     assert saved["exits"].tolist() == report["exits"] and int(saved["num_layers"]) == 3
     for split, rows in (("dev", 16), ("validation", 12)):
         logits, labels = saved[f"{split}_logits"], saved[f"{split}_labels"]
@@ -117,7 +134,7 @@ def test_evaluate_keeps_every_exit_on_dev_and_validation(
             assert task_score(SST2, metrics) == entry["score"]
     assert report["final_score"] == report["splits"]["dev"]["final_score"]  # dev stays primary
     assert "majority_score" in report["splits"]["validation"]
-    curves = json.loads((out / "curves.json").read_text())
+    curves = json.loads((out / CURVES_JSON).read_text())
     swept = curves["validation"]  # the untimed sweep on validation, where settings are chosen
     assert [(p["policy"], p["threshold"]) for p in swept["points"]] == [
         (p["policy"], p["threshold"]) for p in curves["points"]
@@ -143,7 +160,7 @@ def test_evaluate_keeps_every_exit_on_dev_and_validation(
 
 def write_spec(folder: Path, base: dict, **spec) -> Path:
     campaign = {"tasks": ["sst2"], "seeds": [1, 2], "runs": ["ce", "joint"], **spec}
-    path = folder / "campaign" / "params.yaml"
+    path = folder / CAMPAIGN_PARAMS
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
     return path
@@ -174,8 +191,8 @@ def test_grid_configurations_and_their_overrides(tmp_path: Path, params_dict) ->
     assert campaign.params("sst2", "ce", 1).train.lr == 5e-5  # the runs use task_settings
     assert pending_tuning(campaign) == [("sst2", c, 3) for c in campaign.tuning.configs]
     folder = campaign.layout.tune_run("sst2", "lr0.01_ep1", 3)
-    assert folder == path.parent / "tune/sst2/lr0.01_ep1-s3"
-    assert commit_command(campaign, [folder], TUNE).endswith("campaign/dvc.yaml:tune@sst2")
+    assert folder == Layout(path.parent).tune_runs("sst2") / "lr0.01_ep1-s3"
+    assert commit_command(campaign, [folder], TUNE).endswith(f"{CAMPAIGN}/{DVC_YAML}:tune@sst2")
     with pytest.raises(UserError, match="unknown configuration 'lr9'"):
         campaign.tune_params("sst2", "lr9", 3)
 
@@ -219,13 +236,14 @@ def test_ablations_run_only_their_seeds(tmp_path: Path, params_dict) -> None:
         load_campaign(write_spec(tmp_path, params_dict(None), ablations=["ce"]))
 
 
+@pytest.mark.slow
 def test_tune_end_to_end_picks_on_validation(
     tmp_path: Path, params_dict, glue_dir: Path, monkeypatch
 ) -> None:
     base = params_dict(glue_dir, data={"validation_fraction": 0.25})
     path = write_spec(tmp_path, base, tune={"seeds": [1], "grid": GRID[:1]})
     monkeypatch.chdir(tmp_path)
-    runner, flag = CliRunner(), ["--campaign", "campaign/params.yaml"]
+    runner, flag = CliRunner(), ["--campaign", CAMPAIGN_PARAMS]
     result = runner.invoke(app, ["campaign", "prepare", "--task", "sst2", *flag])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", "--threads", "0", *flag])
@@ -237,19 +255,19 @@ def test_tune_end_to_end_picks_on_validation(
     summary = summarise(campaign, "sst2")
     scores = {}
     for config in ("lr0.001_ep1", "lr0.01_ep1"):
-        folder = tmp_path / f"campaign/tune/sst2/{config}-s1"
-        metrics = json.loads((folder / "metrics.json").read_text())
+        folder = campaign_at(tmp_path).tune_run("sst2", config, 1)
+        metrics = json.loads((folder / METRICS).read_text())
         scores[config] = metrics["splits"]["validation"]["per_exit"][-1]["score"]
-        record = json.loads((folder / "run.json").read_text())
+        record = json.loads((folder / RUN_RECORD).read_text())
         assert record["method"] == "ce" and record["tuned"]["train.lr"] in (1e-3, 1e-2)
-        assert (folder / "predictions.npz").exists()
+        assert (folder / PREDICTIONS).exists()
     assert summary["pick"] == max(scores, key=scores.get)  # first of ties, like max
     assert not applied(summary)  # task_settings do not hold it yet
-    text = (tmp_path / "reports/campaign/sst2/tuning.md").read_text()
+    text = (campaign_reports(at(tmp_path).reports(), "sst2") / TUNING_MD).read_text()
     assert "(pick)" in text and "not the pick" in text
     assert [row["forward"] for row in summary["rows"]] == ["padding-free", "padding-free"]
     assert "| padding-free |" in text  # the tiny BERT trains padding-free (auto)
-    live = tmp_path / "campaign/tune/sst2/lr0.001_ep1-s1/dvclive/params.yaml"
+    live = campaign_at(tmp_path).tune_run("sst2", "lr0.001_ep1", 1) / TRAINING_LOG / TRAINING_LOG_PARAMS
     logged = yaml.safe_load(live.read_text())
     live.write_text(yaml.safe_dump({k: v for k, v in logged.items() if k != "padding_free"}))
     rows = summarise(campaign, "sst2")["rows"]  # a run from before the knob: padded
@@ -265,25 +283,25 @@ def test_tune_end_to_end_picks_on_validation(
     assert applied(summarise(load_campaign(path), "sst2"))
     result = runner.invoke(app, ["campaign", "tune", "--task", "sst2", *flag])
     assert result.exit_code == 0 and "0 runs to do" in result.output  # nothing is redone
-    assert "uses the pick" in (tmp_path / "reports/campaign/sst2/tuning.md").read_text()
+    assert "uses the pick" in (campaign_reports(at(tmp_path).reports(), "sst2") / TUNING_MD).read_text()
 
 
 def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: np.ndarray,
                    predictions: bool = True, data: dict | None = None) -> None:  # fmt: skip
     """A finished grid run whose final exit is right on validation where ``right`` is."""
     folder = campaign.layout.tune_run("sst2", config, seed)
-    (folder / "dvclive").mkdir(parents=True)
+    (folder / TRAINING_LOG).mkdir(parents=True)
     final = np.where(right, labels, 1 - labels)
     logits = np.zeros((1, len(labels), 2), dtype=np.float32)
     logits[0, np.arange(len(labels)), final] = 1.0
     score = float(np.mean(right))
     split = {"per_exit": [{"layer": 2, "score": score}]}
-    (folder / "metrics.json").write_text(json.dumps({"splits": {"dev": split,
+    (folder / METRICS).write_text(json.dumps({"splits": {"dev": split,
                                                                 "validation": split}}))  # fmt: skip
-    (folder / "run.json").write_text(json.dumps({"data": data or {"max_length": 64}}))
-    (folder / "dvclive" / "params.yaml").write_text("padding_free: true\n")
+    (folder / RUN_RECORD).write_text(json.dumps({"data": data or {"max_length": 64}}))
+    (folder / TRAINING_LOG / TRAINING_LOG_PARAMS).write_text("padding_free: true\n")
     if predictions:
-        np.savez_compressed(folder / "predictions.npz", validation_logits=logits,
+        np.savez_compressed(folder / PREDICTIONS, validation_logits=logits,
                             validation_labels=labels)  # fmt: skip
 
 

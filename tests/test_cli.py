@@ -17,16 +17,28 @@ import torch
 import typer
 import yaml
 from cli_helpers import invoke
+from paths import at
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
+from aclpipe.layout import (
+    META,
+    METRICS,
+    MODEL_CONFIG,
+    PARAMS,
+    TRADEOFF_MD,
+    TRAINING_LOG,
+    WEIGHTS,
+    checkpoint_dir,
+    split_file,
+)
 from aclpipe.run_log import read_run_log
 
 STAGES = ("prepare", "finetune", "evaluate")
 
 
 def write_params(folder: Path, raw: dict) -> None:
-    (folder / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    (folder / PARAMS).write_text(yaml.safe_dump(raw), encoding="utf-8")
 
 
 def ok(*args: str):
@@ -110,10 +122,12 @@ def sst2_run(tmp_path_factory: pytest.TempPathFactory, params_dict,
     yield work
 
 
+@pytest.mark.slow
 def test_prepare_output(sst2_run: Path) -> None:
-    data = sst2_run / "data" / "sst2"
-    assert sorted(p.name for p in data.iterdir()) == ["dev.jsonl", "meta.json", "train.jsonl"]
-    meta = json.loads((data / "meta.json").read_text())
+    data = at(sst2_run).data("sst2")
+    names = [split_file(data, "dev").name, META, split_file(data, "train").name]
+    assert sorted(p.name for p in data.iterdir()) == sorted(names)
+    meta = json.loads((data / META).read_text())
     assert meta["task"] == "sst2" and meta["source"].startswith("local:")
     assert meta["max_length"] == 32
     assert meta["splits"]["train"]["examples"] == 48
@@ -121,7 +135,7 @@ def test_prepare_output(sst2_run: Path) -> None:
     assert meta["splits"]["train"]["labels"] == {"0": 24, "1": 24}
     assert meta["splits"]["dev"]["labels"] == {"0": 8, "1": 8}
     for split, n in (("train", 48), ("dev", 16)):
-        rows = [json.loads(line) for line in (data / f"{split}.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in split_file(data, split).read_text().splitlines()]
         assert len(rows) == n
         assert all(len(r["input_ids"]) <= 32 and r["label"] in (0, 1) for r in rows)
     no_temp_leftovers(sst2_run)
@@ -131,23 +145,24 @@ def test_prepare_output(sst2_run: Path) -> None:
     ("method", "exits", "epochs"),
     [("ce", [3], 1), ("joint", [1, 2, 3], 1), ("deebert", [1, 2, 3], 2)],
 )
+@pytest.mark.slow
 def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[int],
                                       epochs: int) -> None:  # fmt: skip
-    model = sst2_run / "models" / "sst2" / method
+    model = at(sst2_run).model("sst2", method)
     files = {p.name for p in model.iterdir()}
-    assert {"model.safetensors", "aclpipe_model.json", "dvclive"} <= files
+    assert {WEIGHTS, MODEL_CONFIG, TRAINING_LOG} <= files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pkl"))]
-    assert not (model.parent / f".{method}.checkpoint").exists()
+    assert not checkpoint_dir(model).exists()
     log = read_run_log(model)
     assert log.run["task"] == "sst2" and log.run["method"] == method
     assert log.run["exits"] == exits
     assert len(log.history) == epochs  # one record per epoch of each stage
-    summary = json.loads((model / "dvclive" / "metrics.json").read_text())  # `dvc exp show`
+    summary = json.loads((model / TRAINING_LOG / "metrics.json").read_text())  # DVCLive's: `dvc exp show`
     assert summary["step"] == log.steps[-1]["step"] and f"score_L{exits[-1]}" in summary["dev"]
     assert [e["stage"] for e in log.history] == list(range(1, epochs + 1))
     assert all(len(e["dev_scores"]) == len(exits) for e in log.history)
 
-    report = json.loads((sst2_run / "reports" / "sst2" / method / "metrics.json").read_text())
+    report = json.loads((at(sst2_run).report("sst2", method) / METRICS).read_text())
     assert report["task"] == "sst2" and report["method"] == method and report["exits"] == exits
     dev = report["splits"]["dev"]
     assert dev["examples"] == 16
@@ -161,14 +176,15 @@ def test_finetune_and_evaluate_output(sst2_run: Path, method: str, exits: list[i
     no_temp_leftovers(sst2_run)
 
 
+@pytest.mark.slow
 def test_stsb_joint_end_to_end(workdir: Path) -> None:
     ok("prepare", "--task", "stsb")
-    meta = json.loads((workdir / "data" / "stsb" / "meta.json").read_text())
+    meta = json.loads((at(workdir).data("stsb") / META).read_text())
     assert meta["splits"]["train"]["examples"] == 16
     assert set(meta["splits"]["train"]["labels"]) == {"min", "max", "mean"}
     ok("finetune", "--task", "stsb", "--method", "joint")
     ok("evaluate", "--task", "stsb", "--method", "joint")
-    report = json.loads((workdir / "reports" / "stsb" / "joint" / "metrics.json").read_text())
+    report = json.loads((at(workdir).report("stsb", "joint") / METRICS).read_text())
     per_exit = report["splits"]["dev"]["per_exit"]
     assert [e["layer"] for e in per_exit] == [1, 2, 3]
     assert all(set(e["metrics"]) == {"pearson", "spearman"} for e in per_exit)
@@ -178,16 +194,16 @@ def test_stsb_joint_end_to_end(workdir: Path) -> None:
 
 def test_prepare_without_task_runs_pipeline_tasks(workdir: Path) -> None:
     ok("prepare")
-    assert sorted(p.name for p in (workdir / "data").iterdir()) == ["mrpc", "sst2"]
-    meta = json.loads((workdir / "data" / "mrpc" / "meta.json").read_text())
+    assert sorted(p.name for p in at(workdir).data().iterdir()) == ["mrpc", "sst2"]
+    meta = json.loads((at(workdir).data("mrpc") / META).read_text())
     assert meta["splits"]["train"]["examples"] == 12
-    rows = (workdir / "data" / "mrpc" / "train.jsonl").read_text().splitlines()
+    rows = at(workdir).split("mrpc", "train").read_text().splitlines()
     assert all(1 in json.loads(r)["token_type_ids"] for r in rows)  # MRPC read as pairs
 
 
 def test_prepare_subsample_through_set(workdir: Path) -> None:
     ok("prepare", "-t", "sst2", "-S", "data.max_train_samples=10", "-S", "data.max_eval_samples=4")
-    meta = json.loads((workdir / "data" / "sst2" / "meta.json").read_text())
+    meta = json.loads((at(workdir).data("sst2") / META).read_text())
     assert meta["splits"]["train"]["examples"] == 10 and meta["splits"]["dev"]["examples"] == 4
 
 
@@ -197,13 +213,13 @@ def test_prepare_subsample_through_set(workdir: Path) -> None:
 @pytest.mark.parametrize("stage", STAGES)
 def test_unknown_task(workdir: Path, stage: str) -> None:
     assert_user_error(invoke(stage, "--task", "sst3"), "unknown task 'sst3'")
-    assert not (workdir / "data").exists() and not (workdir / "models").exists()
+    assert not at(workdir).data().exists() and not at(workdir).models().exists()
 
 
 @pytest.mark.parametrize("stage", ["finetune", "evaluate"])
 def test_unknown_method(workdir: Path, stage: str) -> None:
     assert_user_error(invoke(stage, "-t", "sst2", "-m", "acl_cl"), "unknown method 'acl_cl'")
-    assert not (workdir / "models").exists() and not (workdir / "reports").exists()
+    assert not at(workdir).models().exists() and not at(workdir).reports().exists()
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -215,32 +231,32 @@ def test_unknown_method(workdir: Path, stage: str) -> None:
 )  # fmt: skip
 def test_bad_set(workdir: Path, stage: str, item: str, fragment: str) -> None:
     assert_user_error(invoke(stage, "-t", "sst2", "--set", item), fragment)
-    assert not (workdir / "data").exists()
+    assert not at(workdir).data().exists()
 
 
 def test_bad_params_file(workdir: Path) -> None:
-    (workdir / "params.yaml").write_text("train:\n  lr: [1\n", encoding="utf-8")
+    (workdir / PARAMS).write_text("train:\n  lr: [1\n", encoding="utf-8")
     assert_user_error(invoke("prepare", "-t", "sst2"), "not valid YAML")
     assert_user_error(invoke("prepare", "--params", "missing.yaml"), "not found")
 
 
 def test_missing_glue_file_offline(workdir: Path, tmp_path_factory) -> None:
     glue = tmp_path_factory.mktemp("glue-missing-dev")
-    shutil.copytree(Path(yaml.safe_load((workdir / "params.yaml").read_text())["data"]
+    shutil.copytree(Path(yaml.safe_load((workdir / PARAMS).read_text())["data"]
                          ["glue_dir"]) / "SST-2", glue / "SST-2")  # fmt: skip
     (glue / "SST-2" / "dev.tsv").unlink()
     line = assert_user_error(invoke("prepare", "-t", "sst2", "--glue-dir", str(glue)))
     assert "HF_HUB_OFFLINE" in line and "--glue-dir" in line
-    assert not (workdir / "data" / "sst2").exists()
+    assert not at(workdir).data("sst2").exists()
     no_temp_leftovers(workdir)
 
 
 def test_failing_rerun_keeps_good_data(workdir: Path, tmp_path_factory) -> None:
     ok("prepare", "-t", "sst2")
-    data = workdir / "data" / "sst2"
+    data = at(workdir).data("sst2")
     before = tree_digest(data)
     glue = tmp_path_factory.mktemp("glue-bad-label")
-    source = Path(yaml.safe_load((workdir / "params.yaml").read_text())["data"]["glue_dir"])
+    source = Path(yaml.safe_load((workdir / PARAMS).read_text())["data"]["glue_dir"])
     shutil.copytree(source / "SST-2", glue / "SST-2")
     dev = glue / "SST-2" / "dev.tsv"
     dev.write_text(dev.read_text() + "the movie was fine \tmaybe\n", encoding="utf-8")
@@ -258,40 +274,40 @@ def test_unknown_model_offline(workdir: Path) -> None:
         invoke("prepare", "-t", "sst2", "--set", "model.name=aclpipe-tests/no-such-model")
     )
     assert "HF_HUB_OFFLINE" in line
-    assert not (workdir / "data").exists()
+    assert not at(workdir).data().exists()
 
 
 def test_stages_out_of_order(workdir: Path) -> None:
     assert_user_error(invoke("finetune", "-t", "sst2", "-m", "ce"), "aclpipe prepare --task sst2")
     ok("prepare", "-t", "sst2")
     assert_user_error(invoke("evaluate", "-t", "sst2", "-m", "ce"), "aclpipe finetune")
-    assert not (workdir / "reports").exists()
+    assert not at(workdir).reports().exists()
 
 
 def test_finetune_with_another_model_than_prepared(workdir: Path, tmp_path: Path) -> None:
     ok("prepare", "-t", "sst2")
     other = tmp_path / "other-model"
-    shutil.copytree(Path(yaml.safe_load((workdir / "params.yaml").read_text())["model"]
+    shutil.copytree(Path(yaml.safe_load((workdir / PARAMS).read_text())["model"]
                          ["name"]), other)  # fmt: skip
     result = invoke("finetune", "-t", "sst2", "-m", "ce", "--set", f"model.name={other}")
     assert_user_error(result, "was tokenized for")
-    assert not (workdir / "models").exists()
+    assert not at(workdir).models().exists()
 
 
 def test_contrastive_method_on_regression_task(workdir: Path) -> None:
     ok("prepare", "-t", "stsb")
     assert_user_error(invoke("finetune", "-t", "stsb", "-m", "scl"), "regression")
-    assert not (workdir / "models" / "stsb" / "scl").exists()
+    assert not at(workdir).model("stsb", "scl").exists()
     no_temp_leftovers(workdir)
 
 
 def test_evaluate_truncated_model(workdir: Path) -> None:
     ok("prepare", "-t", "sst2")
     ok("finetune", "-t", "sst2", "-m", "ce")
-    weights = workdir / "models" / "sst2" / "ce" / "model.safetensors"
+    weights = at(workdir).model("sst2", "ce") / WEIGHTS
     weights.write_bytes(weights.read_bytes()[:1000])
     assert_user_error(invoke("evaluate", "-t", "sst2", "-m", "ce"), "damaged or truncated")
-    assert not (workdir / "reports").exists()
+    assert not at(workdir).reports().exists()
 
 
 # Option style --------------------------------------------------------------------------------
@@ -306,10 +322,11 @@ def test_help_lists_the_task_and_method_tables() -> None:
     assert "--methods" not in ok("tradeoff", "--help").output  # the old spelling is hidden
 
 
+@pytest.mark.slow
 def test_method_lists_read_the_same_every_way(sst2_run: Path, monkeypatch) -> None:
     """-m repeated, -m with commas and the hidden old --methods choose the same methods."""
     monkeypatch.chdir(sst2_run)
-    report = sst2_run / "reports" / "sst2" / "tradeoff.md"
+    report = at(sst2_run).reports("sst2") / TRADEOFF_MD
     texts = []
     for args in (["-m", "ce", "-m", "joint"], ["-m", " ce,joint"], ["--methods", "ce,joint"],
                  ["-m", "ce,joint", "-m", "ce"]):  # fmt: skip
@@ -326,7 +343,7 @@ def test_method_lists_read_the_same_every_way(sst2_run: Path, monkeypatch) -> No
 )  # fmt: skip
 def test_bad_name_lists(workdir: Path, args: list[str], fragment: str) -> None:
     assert_user_error(invoke("finetune", "-t", "sst2", *args), fragment)
-    assert not (workdir / "models").exists()
+    assert not at(workdir).models().exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")

@@ -15,6 +15,7 @@ from aclpipe.config import (
     params_from_dict,
 )
 from aclpipe.errors import UserError
+from aclpipe.layout import CAMPAIGN_PARAMS, PARAMS
 from aclpipe.training.methods import (
     METHODS,
     AclClKnobs,
@@ -128,7 +129,7 @@ def test_out_of_range(raw: dict, key: str) -> None:
 def test_evaluate_engines() -> None:
     """Both engines by default (params.yaml says so too); either alone; a bad name: one line."""
     assert params_from_dict({}).evaluate.engines == ["torch", "onnx"]
-    assert load_params(REPO / "params.yaml").evaluate.engines == ["torch", "onnx"]
+    assert load_params(REPO / PARAMS).evaluate.engines == ["torch", "onnx"]
     assert params_from_dict({"evaluate": {"engines": ["torch"]}}).evaluate.engines == ["torch"]
     assert params_from_dict({"evaluate": {"engines": ["onnx"]}}).evaluate.engines == ["onnx"]
     assert user_error({"evaluate": {"engines": ["tensorrt"]}}) == (
@@ -194,7 +195,7 @@ def test_bad_override(item: str, fragment: str) -> None:
 
 
 def test_override_checked_like_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "params.yaml"
+    path = tmp_path / PARAMS
     path.write_text("train:\n  lr: 2.0e-5\n", encoding="utf-8")
     assert load_params(path, ["train.epochs=1"]).train.epochs == 1
     with pytest.raises(UserError, match="train.batch_size"):
@@ -243,7 +244,7 @@ def test_set_overrides_method_default(tmp_path: Path) -> None:
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
-    path = tmp_path / "params.yaml"
+    path = tmp_path / PARAMS
     path.write_text("train:\n  lr: 1e-5\n  epochs: [1, 2\nmodel:\n  name: x\n", encoding="utf-8")
     with pytest.raises(UserError) as exc:
         load_params(path)
@@ -253,14 +254,14 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 
 
 def test_yaml_tab_indentation_names_the_line(tmp_path: Path) -> None:
-    path = tmp_path / "params.yaml"
+    path = tmp_path / PARAMS
     path.write_text("train:\n  lr: 1e-5\n\tepochs: 1\n", encoding="utf-8")
     with pytest.raises(UserError, match="line 3"):
         load_params(path)
 
 
 def test_non_utf8_file(tmp_path: Path) -> None:
-    path = tmp_path / "params.yaml"
+    path = tmp_path / PARAMS
     path.write_bytes(b"train:\n  lr: \xff\xfe\n")
     with pytest.raises(UserError, match="UTF-8"):
         load_params(path)
@@ -275,18 +276,18 @@ def test_missing_default_file_gives_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert load_params("params.yaml", ["train.epochs=2"]).train.epochs == 2
+    assert load_params(PARAMS, ["train.epochs=2"]).train.epochs == 2
 
 
 def test_file_not_a_mapping(tmp_path: Path) -> None:
-    path = tmp_path / "params.yaml"
+    path = tmp_path / PARAMS
     path.write_text("- train\n- model\n", encoding="utf-8")
     with pytest.raises(UserError, match="mapping"):
         load_params(path)
 
 
 def test_repository_params_file_loads() -> None:
-    path = Path(__file__).resolve().parents[1] / "params.yaml"
+    path = REPO / PARAMS
     if not path.exists():
         pytest.skip("no params.yaml in the checkout")
     load_params(path)
@@ -358,7 +359,7 @@ def test_knob_override_is_strict_too(tmp_path: Path) -> None:
     assert load_params(path, ["methods.acl.max_angle=45"]).method("acl").max_angle == 45.0
 
 
-@pytest.mark.parametrize("path", ["params.yaml", "campaign/params.yaml"])
+@pytest.mark.parametrize("path", [PARAMS, CAMPAIGN_PARAMS])
 def test_shipped_params_files_are_accepted(path: str) -> None:
     """Every knob the shipped params files list is one its method reads, at METHODS.md's
     default (the campaign's variants set theirs through --set-like overrides)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from paths import at
 
 from aclpipe.atomic import atomic_dir, write_text
 from aclpipe.config import DataConfig
@@ -14,6 +15,7 @@ from aclpipe.data.glue_sources import Example
 from aclpipe.data.prepared import load_meta, load_split, subsample
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
+from aclpipe.layout import META, METRICS, split_file
 from aclpipe.modeling.backbone import load_tokenizer
 from aclpipe.modeling.batching import collate
 from aclpipe.stages.prepare import prepare, tokenize
@@ -101,10 +103,11 @@ def test_collate_regression_and_no_token_types() -> None:
 def test_prepare_writes_splits_and_meta(tiny_model_dir: Path, glue_dir: Path,
                                         tmp_path: Path) -> None:  # fmt: skip
     data = DataConfig(glue_dir=None, max_length=32, max_train_samples=20, seed=3)
-    out = tmp_path / "data" / "mrpc"
+    out = at(tmp_path).data("mrpc")
     meta = prepare(TASKS["mrpc"], data, str(tiny_model_dir), out, glue_dir)
-    assert sorted(p.name for p in out.iterdir()) == ["dev.jsonl", "meta.json", "train.jsonl"]
-    assert load_meta(out) == meta == json.loads((out / "meta.json").read_text())
+    names = [split_file(out, "dev").name, META, split_file(out, "train").name]
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert load_meta(out) == meta == json.loads((out / META).read_text())
     assert meta["source"] == f"local:{glue_dir / 'MRPC'}"
     assert meta["splits"]["train"]["examples"] == 12  # fewer rows than the limit: all kept
     assert meta["splits"]["dev"]["examples"] == 8
@@ -152,8 +155,8 @@ def test_atomic_dir_creates_a_new_folder(tmp_path: Path) -> None:
 
 
 def test_atomic_write_text(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "metrics.json"
+    path = tmp_path / "sub" / METRICS
     write_text(path, "one")
     write_text(path, "two")
     assert path.read_text() == "two"
-    assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]
+    assert [p.name for p in path.parent.iterdir()] == [METRICS]

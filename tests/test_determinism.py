@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import tree
+from paths import RELATIVE, at
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
+from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, MODEL_CONFIG, TRAINING_LOG, WEIGHTS
 
 METHOD = "acl-cl"
 TRAIN = {"epochs": 2}  # 48 rows in batches of 16: 6 steps
-FILES = ("aclpipe_model.json",)
-REPORTS = ("metrics.json", "curves.json", "curves.csv")
+FILES = (MODEL_CONFIG,)
+REPORTS = (METRICS, CURVES_JSON, CURVES_CSV)
 
 
 def run(make_project, folder: Path, *overrides: str) -> Path:
@@ -35,7 +37,7 @@ def run(make_project, folder: Path, *overrides: str) -> Path:
 
 
 def weights(work: Path) -> dict[str, torch.Tensor]:
-    return load_file(work / "models" / "sst2" / METHOD / "model.safetensors")
+    return load_file(at(work).model("sst2", METHOD) / WEIGHTS)
 
 
 def assert_identical(first: Path, second: Path) -> None:
@@ -43,12 +45,12 @@ def assert_identical(first: Path, second: Path) -> None:
     assert a.keys() == b.keys()
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
     for name in FILES:
-        path = Path("models") / "sst2" / METHOD / name
+        path = RELATIVE.model("sst2", METHOD) / name
         assert (first / path).read_bytes() == (second / path).read_bytes(), name
-    log = Path("models") / "sst2" / METHOD / "dvclive"  # every step's losses and cosines
+    log = RELATIVE.model("sst2", METHOD) / TRAINING_LOG  # every step's losses and cosines
     assert tree(first / log) == tree(second / log) and tree(first / log)
     for name in REPORTS:
-        path = Path("reports") / "sst2" / METHOD / name
+        path = RELATIVE.report("sst2", METHOD) / name
         assert (first / path).read_bytes() == (second / path).read_bytes(), name
 
 
@@ -57,10 +59,12 @@ def first(tmp_path_factory: pytest.TempPathFactory, make_project) -> Path:
     return run(make_project, tmp_path_factory.mktemp("first"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_bits(first: Path, make_project, tmp_path: Path) -> None:
     assert_identical(first, run(make_project, tmp_path / "second"))
 
 
+@pytest.mark.slow
 def test_checkpoints_and_logging_change_no_bits(first: Path, make_project, tmp_path: Path) -> None:
     """A checkpoint after every step and other progress lines touch no RNG and no weight."""
     second = run(
@@ -74,6 +78,7 @@ def test_checkpoints_and_logging_change_no_bits(first: Path, make_project, tmp_p
     assert_identical(first, second)
 
 
+@pytest.mark.slow
 def test_another_seed_other_bits(first: Path, make_project, tmp_path: Path) -> None:
     """The comparison can fail: a different seed gives different weights."""
     other = weights(run(make_project, tmp_path / "other", "--set", "train.seed=1"))

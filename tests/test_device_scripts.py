@@ -22,15 +22,18 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from paths import campaign_at, rel
+
+from aclpipe.layout import CAMPAIGN, CAMPAIGN_PARAMS, META, RUN_RECORD, Layout
 
 REPO = Path(__file__).resolve().parents[1]
-DEVICE = REPO / "campaign" / "device"
+DEVICE = REPO / CAMPAIGN / "device"
 
 
 def _checkout(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
-    (root / "campaign").mkdir(parents=True)
-    shutil.copy(REPO / "campaign" / "params.yaml", root / "campaign" / "params.yaml")
+    campaign_at(root).root.mkdir(parents=True)
+    shutil.copy(REPO / CAMPAIGN_PARAMS, root / CAMPAIGN_PARAMS)
     return root
 
 
@@ -54,7 +57,7 @@ def _run_folder(tar: tarfile.TarFile, name: str, record: dict | None) -> None:
     tar.addfile(folder)
     if record is not None:
         data = json.dumps(record).encode()
-        info = tarfile.TarInfo(f"./{name}/run.json")
+        info = tarfile.TarInfo(f"./{name}/{RUN_RECORD}")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
 
@@ -73,11 +76,12 @@ def _device_files(tmp_path: Path, folders: dict[str, dict | None]) -> Path:
     return files
 
 
+@pytest.mark.slow
 def test_land_adds_new_runs_keeps_existing_skips_unfinished_and_prints_the_commit(tmp_path):
     root = _checkout(tmp_path)
-    here = root / "campaign" / "runs" / "mrpc" / "ce-s1"
+    here = campaign_at(root).run("mrpc", "ce", 1)
     here.mkdir(parents=True)
-    (here / "run.json").write_text('{"where": "cpu"}')
+    (here / RUN_RECORD).write_text('{"where": "cpu"}')
     files = _device_files(
         tmp_path,
         {
@@ -92,10 +96,10 @@ def test_land_adds_new_runs_keeps_existing_skips_unfinished_and_prints_the_commi
     assert "landed 2 run folders; kept 1 already here" in done.stdout
     assert "skipped rte/scl-s2: no run.json" in done.stdout
     assert "torch 2.11.0" in done.stdout  # the device's stack is shown
-    assert json.loads((here / "run.json").read_text()) == {"where": "cpu"}
-    landed = root / "campaign" / "runs" / "rte" / "acl-cl-s2" / "run.json"
+    assert json.loads((here / RUN_RECORD).read_text()) == {"where": "cpu"}
+    landed = campaign_at(root).run("rte", "acl-cl", 2) / RUN_RECORD
     assert json.loads(landed.read_text()) == {"where": "gpu"}
-    assert not (root / "campaign" / "runs" / "rte" / "scl-s2").exists()
+    assert not campaign_at(root).run("rte", "scl", 2).exists()
     commit = next(line.strip() for line in done.stdout.splitlines() if "dvc commit" in line)
     assert commit == (
         "dvc commit -f campaign/dvc.yaml:ablation@3-rte-acl-nograd campaign/dvc.yaml:run@2-rte-acl-cl"
@@ -104,8 +108,8 @@ def test_land_adds_new_runs_keeps_existing_skips_unfinished_and_prints_the_commi
     again = _script("land.sh", root, [str(files)], REPLACE="1")
     assert again.returncode == 0, again.stderr
     assert "landed 3 run folders; kept 0" in again.stdout
-    assert json.loads((here / "run.json").read_text()) == {"where": "gpu"}
-    assert not list((root / "campaign" / "runs" / "mrpc").glob(".*"))  # no .landing-, .old-
+    assert json.loads((here / RUN_RECORD).read_text()) == {"where": "gpu"}
+    assert not list(campaign_at(root).runs("mrpc").glob(".*"))  # no .landing-, .old-
 
 
 def test_land_without_the_device_files_is_one_line(tmp_path):
@@ -116,7 +120,7 @@ def test_land_without_the_device_files_is_one_line(tmp_path):
         f"error: no runs-NN.tar.gz in {tmp_path / 'nowhere'}: give the folder the run.sh "
         "call's files came back to"
     ]
-    assert not (root / "campaign" / "runs").exists()
+    assert not campaign_at(root).runs().exists()
 
 
 @pytest.mark.parametrize(
@@ -148,7 +152,7 @@ def test_run_checks_before_it_trains(tmp_path, setup, env, message):
     assert done.returncode != 0
     output = (done.stdout + done.stderr).strip().splitlines()
     assert output[-1].endswith(message.replace("/STASH", str(stash))), output
-    assert not (root / "campaign" / "runs").exists()  # nothing written before the checks pass
+    assert not campaign_at(root).runs().exists()  # nothing written before the checks pass
 
 
 def test_every_carried_wheel_is_installed_here():
@@ -197,11 +201,11 @@ def _device_tree(tmp_path: Path) -> tuple[Path, dict]:
     import hashlib
 
     (b / "model.sha256").write_text(hashlib.sha256(b"first half second half").hexdigest() + "\n")
-    data = root / "campaign" / "data" / "rte"
+    data = campaign_at(root).data("rte")
     data.mkdir(parents=True)
-    (data / "meta.json").write_text("{}")
-    subprocess.run(["tar", "czf", str(b / "data.tar.gz"), "campaign/data"], cwd=root, check=True)
-    shutil.rmtree(root / "campaign" / "data")
+    (data / META).write_text("{}")
+    subprocess.run(["tar", "czf", str(b / "data.tar.gz"), rel(campaign_at(root).data(), root)], cwd=root, check=True)
+    shutil.rmtree(campaign_at(root).data())
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -217,18 +221,19 @@ def _tar_names(out: Path) -> list[str]:
     names = []
     for chunk in sorted(out.glob("runs-[0-9][0-9].tar.gz")):
         with tarfile.open(chunk) as tar:
-            names += [name for name in tar.getnames() if name.endswith("run.json")]
+            names += [name for name in tar.getnames() if name.endswith(RUN_RECORD)]
     assert not list(out.glob(".*")), list(out.glob(".*"))  # no temporary file left to send
     return sorted(names)
 
 
+@pytest.mark.slow
 def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(tmp_path):
     root, env = _device_tree(tmp_path)
     out, stash = Path(env["OUT"]), Path(env["STASH"])
     first = _script("run.sh", root, [], **env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "stopped at the time limit" in first.stdout
-    assert _tar_names(out) == ["./rte/ce-s2/run.json"]  # not the .tmp- one
+    assert _tar_names(out) == [f"./rte/ce-s2/{RUN_RECORD}"]  # not the .tmp- one
     assert (out / "device.log").read_text().splitlines()[-1].startswith(
         "1 run folders made on this machine"
     )  # the log holds the last line too
@@ -238,14 +243,14 @@ def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(t
     assert (out / "found.txt").read_text() == ""
 
     # Call 2 on the warm machine: a fresh copy of the tree, the stash kept.
-    shutil.rmtree(root / "campaign" / "runs")
+    shutil.rmtree(campaign_at(root).runs())
     second = _script("run.sh", root, [], **env)
     assert second.returncode == 0, second.stdout + second.stderr
     assert (out / "found.txt").read_text().split() == ["ce-s2"]  # restored, not retrained
-    assert _tar_names(out) == ["./rte/ce-s2/run.json", "./rte/scl-s2/run.json"]
+    assert _tar_names(out) == [f"./rte/ce-s2/{RUN_RECORD}", f"./rte/scl-s2/{RUN_RECORD}"]
     assert "2 run folders made on this machine" in second.stdout
     assert "(1 new since this call began;" in second.stdout
-    assert not list((stash / "runs" / "rte").glob(".*"))
+    assert not list(Layout(stash).runs("rte").glob(".*"))
 
 
 def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
@@ -259,13 +264,14 @@ def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
     assert not list(Path(env["OUT"]).glob("runs*"))
 
 
+@pytest.mark.slow
 def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
     """Over PART_BYTES the folders go in several chunks, each a tarball of whole folders:
     land.sh lands any that came back; a damaged one stops it with one line."""
     root, env = _device_tree(tmp_path)
     out = Path(env["OUT"])
     assert _script("run.sh", root, [], **env).returncode == 0
-    shutil.rmtree(root / "campaign" / "runs")
+    shutil.rmtree(campaign_at(root).runs())
     done = _script("run.sh", root, [], **env, PART_BYTES="10")  # one folder a chunk
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in out.glob("runs-*")) == ["runs-00.tar.gz", "runs-01.tar.gz"]
@@ -275,7 +281,7 @@ def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
     landed = _script("land.sh", here, [str(out)])
     assert landed.returncode == 0, landed.stderr
     assert "landed 1 run folders" in landed.stdout
-    assert (here / "campaign" / "runs" / "rte" / "scl-s2" / "run.json").exists()
+    assert (campaign_at(here).run("rte", "scl", 2) / RUN_RECORD).exists()
     (out / "runs-01.tar.gz").write_bytes((out / "runs-01.tar.gz").read_bytes()[:40])
     again = _checkout(tmp_path / "again")
     damaged = _script("land.sh", again, [str(out)])
@@ -283,9 +289,10 @@ def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
     assert damaged.stderr.strip().splitlines() == [
         "error: runs-01.tar.gz is damaged (a transfer cut off?): nothing landed; fetch the files again"
     ]
-    assert not (again / "campaign" / "runs").exists()
+    assert not campaign_at(again).runs().exists()
 
 
+@pytest.mark.slow
 def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
     """The tool kills a call at its own limit, which can come before LIMIT: the runs that had
     finished were sent during training (every EVERY seconds); PACK_ONLY=1 sends without
@@ -303,14 +310,14 @@ def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
         # puts the training in a process group of its own)
         subprocess.run(["pkill", "-KILL", "-s", str(call.pid)], check=False)
         call.wait()
-    assert _tar_names_sent(out) == ["./rte/ce-s2/run.json"]
+    assert _tar_names_sent(out) == [f"./rte/ce-s2/{RUN_RECORD}"]
     for name in os.listdir(out):
         (out / name).unlink()
-    shutil.rmtree(root / "campaign" / "runs")
+    shutil.rmtree(campaign_at(root).runs())
     packed = _script("run.sh", root, [], **{**env, "PACK_ONLY": "1"})
     assert packed.returncode == 0, packed.stdout + packed.stderr
     assert "PACK_ONLY=1: no training" in packed.stdout
-    assert _tar_names(out) == ["./rte/ce-s2/run.json"]
+    assert _tar_names(out) == [f"./rte/ce-s2/{RUN_RECORD}"]
 
 
 def _tar_names_sent(out: Path) -> list[str]:
@@ -318,5 +325,5 @@ def _tar_names_sent(out: Path) -> list[str]:
     names = []
     for chunk in sorted(out.glob("runs-[0-9][0-9].tar.gz")):
         with tarfile.open(chunk) as tar:
-            names += [name for name in tar.getnames() if name.endswith("run.json")]
+            names += [name for name in tar.getnames() if name.endswith(RUN_RECORD)]
     return sorted(names)

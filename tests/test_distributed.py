@@ -24,10 +24,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from paths import at
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
+from aclpipe.layout import MODEL_CONFIG, WEIGHTS, split_file
 from aclpipe.run_log import read_run_log
 
 pytestmark = pytest.mark.slow
@@ -35,8 +37,8 @@ pytestmark = pytest.mark.slow
 METHODS = ("ce", "acl")
 BATCH = 4  # per process; 48 training rows = 6 global batches of 8
 MODEL_FILES = {
-    "model.safetensors",
-    "aclpipe_model.json",
+    WEIGHTS,
+    MODEL_CONFIG,
     "tokenizer",
     "dvclive",
 }
@@ -102,7 +104,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, make_project, tiny_model_dir_
 
 
 def model_dir(work: Path, method: str) -> Path:
-    return work / "models" / "sst2" / method
+    return at(work).model("sst2", method)
 
 
 def steps(work: Path, method: str) -> list[dict]:
@@ -111,8 +113,8 @@ def steps(work: Path, method: str) -> list[dict]:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_same_weights(runs: dict, method: str) -> None:
-    two = load_file(model_dir(runs["two"], method) / "model.safetensors")
-    one = load_file(model_dir(runs["one"], method) / "model.safetensors")
+    two = load_file(model_dir(runs["two"], method) / WEIGHTS)
+    one = load_file(model_dir(runs["one"], method) / WEIGHTS)
     assert two.keys() == one.keys()
     far = {
         k: (two[k] - one[k]).abs().max().item()
@@ -159,7 +161,7 @@ def test_written_once_by_the_main_process(runs: dict) -> None:
         assert [e["epoch"] for e in read_run_log(folder).history] == [1]
     assert out.count("stage 1 epoch 1 dev score") == len(METHODS)
     # checkpoints after every step, all removed at the end; no temporary left behind
-    assert sorted(p.name for p in (runs["two"] / "models" / "sst2").iterdir()) == sorted(METHODS)
+    assert sorted(p.name for p in at(runs["two"]).models("sst2").iterdir()) == sorted(METHODS)
 
 
 # Scale-out: 3 and 4 processes at 3 rows each (global batches of 9 and 12), one epoch of a
@@ -210,9 +212,9 @@ def scale_out_params(params_dict, model: Path, batch: int, extra: dict) -> dict:
 def truncated_data(source: Path, folder: Path, rows: int) -> Path:
     """A prepared SST-2 folder whose train split keeps its first ``rows`` examples."""
     shutil.copytree(source, folder)
-    lines = (source / "train.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = split_file(source, "train").read_text(encoding="utf-8").splitlines(keepends=True)
     assert len(lines) >= rows
-    (folder / "train.jsonl").write_text("".join(lines[:rows]), encoding="utf-8")
+    split_file(folder, "train").write_text("".join(lines[:rows]), encoding="utf-8")
     return folder
 
 
@@ -229,7 +231,7 @@ def scale_out(tmp_path_factory, make_project, params_dict, tiny_model_dir_no_dro
         pytest.skip("torchrun cannot run here: torch.distributed with gloo is unavailable")
     work = tmp_path_factory.mktemp("scale-out")
     model = {"name": str(tiny_model_dir_no_dropout)}
-    prepared = make_project(work / "project", model=model) / "data" / "sst2"
+    prepared = at(make_project(work / "project", model=model)).data("sst2")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
     source = Path(loop.__file__).parents[2]  # the workers import this aclpipe
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
@@ -319,8 +321,8 @@ def test_scale_out_same_weights_as_one_process(scale_out: dict, name: str) -> No
     bound 1e-10 is far below a step's size, so a parameter that one process leaves alone and
     P processes move by weight decay or momentum alone (about 1e-6 a step here) shows."""
     run = scale_out[name]
-    many = load_file(run["many"] / "model.safetensors")
-    one = load_file(run["one"] / "model.safetensors")
+    many = load_file(run["many"] / WEIGHTS)
+    one = load_file(run["one"] / WEIGHTS)
     assert many.keys() == one.keys()
     diff = {k: (many[k] - one[k]).abs().max().item() for k in one}
     print(f"{name}: max weight difference {max(diff.values()):.2e}")

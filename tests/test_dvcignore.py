@@ -14,6 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import RELATIVE, at
+
+from aclpipe.layout import RESULTS_COST_PNG
+from aclpipe.study.campaign_markdown import campaign_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,20 +40,22 @@ def _ignored(paths: list[str]) -> list[str]:
     return done.stdout.split()
 
 
+@pytest.mark.slow
 def test_no_published_report_file_is_ignored_by_dvc() -> None:
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "reports").rglob("*") if p.is_file())
-    assert "reports/campaign/results_score_vs_time.png" in files
+    files = sorted(str(p.relative_to(ROOT)) for p in at(ROOT).reports().rglob("*") if p.is_file())
+    assert (campaign_reports(RELATIVE.reports()) / RESULTS_COST_PNG).as_posix() in files
     assert _ignored(files) == []
 
 
+@pytest.mark.slow
 def test_check_ignore_sees_a_pattern_that_would_hide_it(tmp_path: Path) -> None:
     """The probe itself works: the old pattern, in a scratch repository, hides the figure."""
     (tmp_path / ".dvc").mkdir()
     (tmp_path / ".dvc" / "config").write_text("[core]\n    analytics = false\n    no_scm = true\n")
     (tmp_path / ".dvcignore").write_text("reports/*/results_*.png\n")
-    figure = tmp_path / "reports" / "campaign" / "results_score_vs_time.png"
+    figure = campaign_reports(at(tmp_path).reports()) / RESULTS_COST_PNG
     figure.parent.mkdir(parents=True)
     figure.write_bytes(b"png")
     done = subprocess.run([*_dvc(), "check-ignore", str(figure.relative_to(tmp_path))],
                           cwd=tmp_path, capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 0 and "results_score_vs_time.png" in done.stdout
+    assert done.returncode == 0 and RESULTS_COST_PNG in done.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from paths import at
 
 from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.settings import choose_default
@@ -22,7 +23,21 @@ from aclpipe.evaluation.scoring import all_exit_logits
 from aclpipe.exits import segments as segments_module
 from aclpipe.exits.export import dev_logits, export_exits
 from aclpipe.exits.segments import EmbeddingsGraph, SegmentGraph, torch_chain
-from aclpipe.layout import DEV_LOGITS, EXPORT_JSON, TASK_FILE
+from aclpipe.layout import (
+    CURVES_JSON,
+    DEV_LOGITS,
+    EMBEDDINGS_ONNX,
+    EXPORT,
+    EXPORT_JSON,
+    EXPORT_TOKENIZER,
+    META,
+    METRICS,
+    MODEL_CONFIG,
+    TASK_FILE,
+    WEIGHTS,
+    segment_file,
+    split_file,
+)
 from aclpipe.layout import EXPORT_MODEL as MODEL_FOLDER
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
 from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
@@ -61,13 +76,13 @@ def write_split(data_dir: Path, split: str, rows: list[dict]) -> None:
 
 def trained_folders(root: Path, tiny_model_dir: Path, pooling: str) -> tuple[Path, Path]:
     """A model folder as `aclpipe finetune` leaves it, and a prepared SST-2 data folder."""
-    model_dir, data_dir = root / "model", root / "data" / "sst2"
+    model_dir, data_dir = root / "model", at(root).data("sst2")
     tokenizer = load_tokenizer(str(tiny_model_dir))
     build_model(tiny_model_dir, pooling).save(model_dir)
     tokenizer.save_pretrained(str(model_dir))
     write_split(data_dir, "dev", tokenized_rows(tokenizer, SENTENCES * 2))
     meta = {"task": "sst2", "splits": {"dev": {"examples": 2 * len(SENTENCES)}}}
-    (data_dir / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    (data_dir / META).write_text(json.dumps(meta), encoding="utf-8")
     return model_dir, data_dir
 
 
@@ -75,22 +90,22 @@ def trained_folders(root: Path, tiny_model_dir: Path, pooling: str) -> tuple[Pat
 def exported(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
     root = tmp_path_factory.mktemp(f"export-{request.param}")
     model_dir, data_dir = trained_folders(root, tiny_model_dir, request.param)
-    out_dir = root / "export"
+    out_dir = root / EXPORT
     report = export_exits(TASKS["sst2"], model_dir, data_dir, out_dir, batch_size=4)
     return {"model_dir": model_dir, "data_dir": data_dir, "out": out_dir, "report": report}
 
 
-GRAPHS = {"embeddings.onnx", "segment_1.onnx", "segment_2.onnx", "segment_3.onnx"}
+GRAPHS = {EMBEDDINGS_ONNX, *(segment_file(end) for end in (1, 2, 3))}
 
 
 @pytest.mark.slow
 def test_export_writes_every_file(exported: dict) -> None:
     out, report = exported["out"], exported["report"]
     files = {p.name for p in out.iterdir()}
-    assert files == {MODEL_FOLDER, DEV_LOGITS, EXPORT_JSON, "tokenizer.json"} | GRAPHS
+    assert files == {MODEL_FOLDER, DEV_LOGITS, EXPORT_JSON, EXPORT_TOKENIZER} | GRAPHS
     assert json.loads((out / EXPORT_JSON).read_text()) == report
     assert report["exits"] == [1, 2, 3] and report["labels"] == ["0", "1"]
-    assert [s["file"] for s in report["segments"]] == sorted(GRAPHS - {"embeddings.onnx"})
+    assert [s["file"] for s in report["segments"]] == sorted(GRAPHS - {EMBEDDINGS_ONNX})
     assert [s["layers"] for s in report["segments"]] == [[1, 1], [2, 2], [3, 3]]
     assert report["embeddings"]["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
     all_layers = report["pooling"] == "layer-attention"
@@ -98,7 +113,7 @@ def test_export_writes_every_file(exported: dict) -> None:
     assert report["tolerance"] == 1e-4 and report["default_setting"]["source"] == "fallback"
     assert report["opset"] >= 18 and set(report["versions"]) >= {"torch", "onnxruntime"}
     model_files = {p.name for p in (out / MODEL_FOLDER).iterdir()}
-    assert {"model.safetensors", "aclpipe_model.json", TASK_FILE} <= model_files
+    assert {WEIGHTS, MODEL_CONFIG, TASK_FILE} <= model_files
     assert not list(out.parent.glob(".tmp-*")) and not list(out.parent.glob(".old-*"))
 
 
@@ -115,7 +130,7 @@ def test_onnx_chain_matches_pytorch(exported: dict) -> None:
     model = load_multi_exit(exported["model_dir"]).eval()
     tokenizer = load_tokenizer_from(exported["model_dir"])
     out = exported["out"]
-    embed = ort.InferenceSession(str(out / "embeddings.onnx"))
+    embed = ort.InferenceSession(str(out / EMBEDDINGS_ONNX))
     parts = [ort.InferenceSession(str(out / s["file"])) for s in report["segments"]]
     for texts in (SENTENCES[2:3], SENTENCES, SENTENCES[::-1] * 3):
         inputs = dict(tokenizer(texts, padding=True, return_tensors="pt"))  # [B, T] each
@@ -184,14 +199,14 @@ def test_parity_above_tolerance_fails_the_export(
     model_dir, data_dir = trained_folders(tmp_path, tiny_model_dir, "mean")
     monkeypatch.setattr(segments_module, "TOLERANCE", -1.0)  # any difference is too large
     with pytest.raises(UserError, match=r"ONNX embeddings differs from PyTorch by") as err:
-        export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / "export")
-    assert "\n" not in str(err.value) and not (tmp_path / "export").exists()
+        export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / EXPORT)
+    assert "\n" not in str(err.value) and not (tmp_path / EXPORT).exists()
 
 
 @pytest.mark.slow
 def test_dev_logits_equal_all_exit_logits(exported: dict) -> None:
     model = load_multi_exit(exported["model_dir"])
-    rows = [json.loads(line) for line in (exported["data_dir"] / "dev.jsonl").open()]
+    rows = [json.loads(line) for line in split_file(exported["data_dir"], "dev").open()]
     expected = all_exit_logits(model, rows, batch_size=5, pad_id=0, regression=False)
     with np.load(exported["out"] / DEV_LOGITS) as saved:
         assert set(saved.files) == {"exits", "splits", "logits", "labels"}
@@ -255,7 +270,7 @@ def test_segments_hold_only_their_modules(tiny_model_dir: Path) -> None:
 
 
 def write_reports(folder: Path, points: list[dict], reference: float) -> tuple[Path, Path]:
-    curves, metrics = folder / "curves.json", folder / "metrics.json"
+    curves, metrics = folder / CURVES_JSON, folder / METRICS
     full = {"score": 0.80, "expected_time_ratio": 1.0}
     curves.write_text(json.dumps({"split": "dev", "points": points, "full_model": full}))
     metrics.write_text(json.dumps({"final_score": reference}))
@@ -302,10 +317,10 @@ def test_default_setting_is_chosen_on_validation_when_there_is_one(tmp_path: Pat
 
 
 def test_default_setting_falls_back_without_reports(tmp_path: Path) -> None:
-    chosen = choose_default(tmp_path / "curves.json", tmp_path / "metrics.json")
+    chosen = choose_default(tmp_path / CURVES_JSON, tmp_path / METRICS)
     assert (chosen["policy"], chosen["threshold"], chosen["source"]) == ("entropy", 0.3, "fallback")
     assert "no sweep in" in chosen["reason"]
-    chosen = choose_default(tmp_path / "curves.json", tmp_path / "m.json", regression=True)
+    chosen = choose_default(tmp_path / CURVES_JSON, tmp_path / "m.json", regression=True)
     assert chosen["policy"] == "patience"
 
 
@@ -328,7 +343,7 @@ def test_dev_logit_keys_for_two_dev_splits(tiny_model_dir: Path, tmp_path: Path)
 
 
 def test_missing_model_dir_is_one_line_user_error(tmp_path: Path) -> None:
-    out = tmp_path / "export"
+    out = tmp_path / EXPORT
     with pytest.raises(UserError, match="no trained model") as err:
         export_exits(TASKS["sst2"], tmp_path / "absent", tmp_path / "data", out)
     assert "\n" not in str(err.value) and not out.exists()
@@ -339,7 +354,7 @@ def test_failed_export_leaves_previous_output(
 ) -> None:
     """The exporter fails after model/ was written: one-line error naming the exit, no trace."""
     model_dir, data_dir = trained_folders(tmp_path, tiny_model_dir, "mean")
-    out = tmp_path / "export"
+    out = tmp_path / EXPORT
     out.mkdir()
     (out / "previous.txt").write_text("an earlier complete export")
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import invoke, tree
+from paths import at
 from rich.console import Console
 
 import aclpipe.stages.evaluate as evaluate_module
@@ -32,6 +33,16 @@ from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
 from aclpipe.evaluation.scoring import majority_prediction, majority_scores
 from aclpipe.exits.sweep import check_engines, full_model_timing, speedups, sweep
+from aclpipe.layout import (
+    CURVES_CSV,
+    CURVES_JSON,
+    EXIT_SCORES_PNG,
+    META,
+    METRICS,
+    TRADEOFF_MD,
+    TRADEOFF_PNG,
+    split_file,
+)
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.stages.evaluate import (
@@ -85,10 +96,10 @@ def test_majority_scores_per_task(task: str, prediction, labels: list, score: fl
 def write_prepared(folder: Path, labels: list, counts: dict | None) -> Path:
     folder.mkdir(parents=True)
     rows = "".join(json.dumps({"input_ids": [2, 3], "label": y}) + "\n" for y in labels)
-    (folder / "train.jsonl").write_text(rows, encoding="utf-8")
+    split_file(folder, "train").write_text(rows, encoding="utf-8")
     train = {"examples": len(labels)} | ({"labels": counts} if counts is not None else {})
     meta = {"task": folder.name, "splits": {"train": train}}
-    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    (folder / META).write_text(json.dumps(meta), encoding="utf-8")
     return folder
 
 
@@ -110,7 +121,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, make_project, tiny_model_d
     """SST-2 prepared (48 balanced train rows: the majority is label 0 by the tie rule; 16
     balanced dev rows: the floor is 50.00) and a random 3-exit model."""
     work = make_project(tmp_path_factory.mktemp("honest"))
-    save_model(work / "models" / "sst2" / "ce", tiny_model_dir)
+    save_model(at(work).model("sst2", "ce"), tiny_model_dir)
     return work
 
 
@@ -123,11 +134,11 @@ def run_evaluate(project: Path, monkeypatch: pytest.MonkeyPatch, logits_for,
 
     monkeypatch.setattr(evaluate_module, "all_exit_logits", fake)
     console, out = quiet()
-    out_dir = project / "reports" / "sst2" / "ce"
+    out_dir = at(project).report("sst2", "ce")
     cfg = cfg or EvaluateConfig(batch_size=16, grid_points=3, timing_examples=0)
-    report = evaluate(TASKS["sst2"], "ce", project / "models" / "sst2" / "ce",
-                      project / "data" / "sst2", out_dir, cfg, console=console)  # fmt: skip
-    assert json.loads((out_dir / "metrics.json").read_text(encoding="utf-8")) == report
+    report = evaluate(TASKS["sst2"], "ce", at(project).model("sst2", "ce"),
+                      at(project).data("sst2"), out_dir, cfg, console=console)  # fmt: skip
+    assert json.loads((out_dir / METRICS).read_text(encoding="utf-8")) == report
     return report, out.getvalue()
 
 
@@ -253,6 +264,7 @@ def test_onnx_speedups_shown_and_judged_by_the_same_bound() -> None:
     assert render(render_curves(old)).count(" - ") >= 4
 
 
+@pytest.mark.slow
 def test_evaluate_times_the_engines_it_is_given(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,12 +272,12 @@ def test_evaluate_times_the_engines_it_is_given(
     cfg = EvaluateConfig(batch_size=16, grid_points=3, timing_examples=4, timing_repeats=1,
                          engines=["torch"])  # fmt: skip
     run_evaluate(project, monkeypatch, good_logits, cfg)
-    folder = project / "reports" / "sst2" / "ce"
-    curves = json.loads((folder / "curves.json").read_text(encoding="utf-8"))
+    folder = at(project).report("sst2", "ce")
+    curves = json.loads((folder / CURVES_JSON).read_text(encoding="utf-8"))
     assert curves["timing_engines"] == ["torch"]
     assert all(p["measured_speedup_batch1"] > 0 and "onnx_speedup_batch1" not in p
                for p in curves["points"])  # fmt: skip
-    header, first = (folder / "curves.csv").read_text(encoding="utf-8").splitlines()[:2]
+    header, first = (folder / CURVES_CSV).read_text(encoding="utf-8").splitlines()[:2]
     assert header.split(",")[-4:] == ["onnx_speedup_batch1", "onnx_speedup_batch32",
                                       "onnx_vs_torch_full_batch1", "onnx_vs_torch_full_batch32"]  # fmt: skip
     assert first.endswith(",,,,") and float(first.split(",")[6]) > 0
@@ -275,6 +287,7 @@ ONNX_KEYS = ("onnx_speedup", "onnx_vs_torch_full")
 
 
 @pytest.mark.parametrize("engines", [("torch", "onnx"), ("torch",)])
+@pytest.mark.slow
 def test_sweep_records_the_timed_bound(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engines: tuple
 ) -> None:
@@ -338,8 +351,8 @@ def test_onnx_engine_without_onnxruntime_is_one_line(
     monkeypatch.setattr(evaluate_module, "all_exit_logits", lambda *a, **k: pytest.fail("scored"))
     cfg = EvaluateConfig(batch_size=16, grid_points=3, timing_examples=4)
     with pytest.raises(UserError) as err:
-        evaluate(TASKS["sst2"], "ce", project / "models" / "sst2" / "ce",
-                 project / "data" / "sst2", tmp_path / "out", cfg, console=quiet()[0])  # fmt: skip
+        evaluate(TASKS["sst2"], "ce", at(project).model("sst2", "ce"),
+                 at(project).data("sst2"), tmp_path / "out", cfg, console=quiet()[0])  # fmt: skip
     assert str(err.value) == (
         "evaluate.engines lists onnx, but onnxruntime is not installed: `pip install "
         "onnxruntime`, or time PyTorch alone (evaluate.engines: [torch])"
@@ -360,7 +373,7 @@ def write_result(task_dir: Path, method: str, scores: dict[int, float], majority
     metrics = {"task": "qnli", "method": method, "exits": list(scores), "splits": {"dev": split},
                "final_score": final, "average_over_exits": avg, "majority_score": majority}  # fmt: skip
     (task_dir / method).mkdir(parents=True, exist_ok=True)
-    (task_dir / method / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    (task_dir / method / METRICS).write_text(json.dumps(metrics), encoding="utf-8")
     if measured is None:
         return
     point = {"policy": "confidence", "threshold": 0.5, "score": scores[1], "mean_exit_layer": 1,
@@ -369,7 +382,7 @@ def write_result(task_dir: Path, method: str, scores: dict[int, float], majority
     curves = {"task": "qnli", "method": method, "exits": list(scores), "num_layers": 3,
               "timing_examples": examples, "timing_repeats": 3,
               "full_model": {"score": final}, "points": [point]}  # fmt: skip
-    (task_dir / method / "curves.json").write_text(json.dumps(curves), encoding="utf-8")
+    (task_dir / method / CURVES_JSON).write_text(json.dumps(curves), encoding="utf-8")
 
 
 @pytest.fixture
@@ -378,13 +391,14 @@ def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aclpipe.study.tradeoff, "draw_exit_scores", lambda *args: None)
 
 
+@pytest.mark.slow
 def test_tradeoff_marks_a_model_at_chance(tmp_path: Path) -> None:
     """QNLI at chance: ce 52.10 against a floor of 51.50, joint's full model at 51.00."""
-    task_dir = tmp_path / "reports" / "qnli"
+    task_dir = at(tmp_path).reports("qnli")
     write_result(task_dir, "ce", {3: 0.521}, 0.515)
     write_result(task_dir, "joint", {1: 0.51, 2: 0.51, 3: 0.51}, 0.515, measured=3.4, examples=16)
     console, out = quiet()
-    report = tradeoff("qnli", tmp_path / "reports", console=console)  # draws both plots
+    report = tradeoff("qnli", at(tmp_path).reports(), console=console)  # draws both plots
     assert report["majority"] == 0.515
     expected = [
         f"warning: qnli: {ON_DEV}",  # these results have no validation sweep
@@ -403,40 +417,40 @@ def test_tradeoff_marks_a_model_at_chance(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert report["warnings"] == expected
     assert [line for line in out.getvalue().splitlines() if line.startswith("warning")] == report["warnings"]  # fmt: skip
-    md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
+    md = (task_dir / TRADEOFF_MD).read_text(encoding="utf-8")
     header = next(line for line in md.splitlines() if line.startswith("| method | no drop"))
     assert header.count("(floor ≤ majority)") == 3 and "no drop (floor" not in header
     assert md.count("Majority-class score 51.50") == 2  # beside both tables
     assert "| joint (≤ majority) |" in md and "| ce |" in md
     assert "3.40×*" in md and "too few to trust" in md
     assert "- qnli/joint full model 51.00" in md  # the warnings, in the report too
-    for png in ("tradeoff_score_vs_time.png", "exit_scores.png"):
+    for png in (TRADEOFF_PNG, EXIT_SCORES_PNG):
         assert (task_dir / png).read_bytes().startswith(b"\x89PNG")
 
 
 def test_tradeoff_good_models_carry_no_marks(tmp_path: Path, no_plots: None) -> None:
-    task_dir = tmp_path / "reports" / "qnli"
+    task_dir = at(tmp_path).reports("qnli")
     write_result(task_dir, "ce", {3: 0.90}, 0.505)
     write_result(task_dir, "joint", {1: 0.85, 2: 0.88, 3: 0.90}, 0.505, measured=2.9)
     console, out = quiet()
-    report = tradeoff("qnli", tmp_path / "reports", console=console)
+    report = tradeoff("qnli", at(tmp_path).reports(), console=console)
     assert report["warnings"] == [f"warning: qnli: {ON_DEV}"]  # no validation sweep: said
     assert out.getvalue().count("warning") == 1
-    md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
+    md = (task_dir / TRADEOFF_MD).read_text(encoding="utf-8")
     assert "≤ majority" not in md and "×*" not in md and md.count(ON_DEV) == 1
     assert "Majority-class score 50.50" in md and "timed on 64 dev examples" in md
 
 
 def test_tradeoff_reads_results_without_the_floor(tmp_path: Path, no_plots: None) -> None:
     """metrics.json written before majority_score existed: said, not an error."""
-    task_dir = tmp_path / "reports" / "qnli"
+    task_dir = at(tmp_path).reports("qnli")
     write_result(task_dir, "ce", {3: 0.52}, 0.0)
-    metrics = json.loads((task_dir / "ce" / "metrics.json").read_text(encoding="utf-8"))
+    metrics = json.loads((task_dir / "ce" / METRICS).read_text(encoding="utf-8"))
     del metrics["majority_score"]
-    (task_dir / "ce" / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
-    report = tradeoff("qnli", tmp_path / "reports", console=quiet()[0])
+    (task_dir / "ce" / METRICS).write_text(json.dumps(metrics), encoding="utf-8")
+    report = tradeoff("qnli", at(tmp_path).reports(), console=quiet()[0])
     assert report["majority"] is None and report["warnings"] == [f"warning: qnli: {ON_DEV}"]
-    assert "not recorded" in (task_dir / "tradeoff.md").read_text(encoding="utf-8")
+    assert "not recorded" in (task_dir / TRADEOFF_MD).read_text(encoding="utf-8")
 
 
 # --- bad inputs: STS-B scores outside 0-5, blank lines in predict -------------------------

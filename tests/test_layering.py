@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "aclpipe"
 
 
@@ -114,6 +116,7 @@ def test_the_method_names_are_the_method_table() -> None:
     assert tuple(KNOBS) == METHOD_NAMES
 
 
+@pytest.mark.slow
 def test_the_method_table_is_torch_free() -> None:
     """The CLI's help and checks, and the config, read the table without the training code."""
     script = "import sys, aclpipe.training.knobs\nprint('torch' in sys.modules)"
@@ -141,6 +144,7 @@ FORBIDDEN = ("sklearn", "datasets", "aclpipe.training", "aclpipe.config", "aclpi
 FACES = ("aclpipe.study", "aclpipe.study.cli")
 
 
+@pytest.mark.slow
 def test_serving_modules_import_no_scipy() -> None:
     script = (
         "import sys\nimport aclpipe.cli, aclpipe.early_exit.predict\n"
@@ -151,6 +155,7 @@ def test_serving_modules_import_no_scipy() -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_predict_loads_no_training_stack(tmp_path: Path, tiny_model_dir: Path) -> None:
     """`aclpipe predict` end to end in a fresh interpreter, then a look at sys.modules: nothing
     of aclpipe.training (not even the method table), nor the config with its training knobs."""

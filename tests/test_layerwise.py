@@ -75,6 +75,7 @@ def build(family: str, pooling: str) -> tuple[MultiExitModel, dict[str, torch.Te
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "layer-attention"])
 @pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.slow
 def test_layer_by_layer_equals_forward(family: str, pooling: str) -> None:
     model, batch = build(family, pooling)
     with torch.no_grad():

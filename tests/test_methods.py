@@ -267,6 +267,7 @@ def test_deebert_and_romebert_losses_match_a_plain_reference(
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.slow
 def test_loss_falls_on_a_separable_batch(
     name: str, make_params: Callable[..., Params], accelerator, inputs
 ) -> None:

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 from aclpipe.errors import UserError
+from aclpipe.layout import WEIGHTS
 from aclpipe.modeling.padding_free import padding_free_hidden_states, use_padding_free
 
 ATOL = 1e-5
@@ -133,6 +134,7 @@ def test_setting_resolution_on_supported(family):
     assert use_padding_free(False, encoder) is False
 
 
+@pytest.mark.slow
 def test_finetune_padding_free_matches_padded(
     make_params, tmp_path, glue_dir, tiny_model_dir_no_dropout
 ):
@@ -154,7 +156,7 @@ def test_finetune_padding_free_matches_padded(
         prepare(get_task("sst2"), params.data, params.model.name, data, glue_dir)
         out = tmp_path / f"model-{free}"
         finetune(get_task("sst2"), "acl-cl", params, data, out)
-        weights.append(load_file(str(out / "model.safetensors")))
+        weights.append(load_file(str(out / WEIGHTS)))
     padded, free = weights
     assert padded.keys() == free.keys()
     worst = max(float((padded[k] - free[k]).abs().max()) for k in padded)

@@ -140,6 +140,7 @@ def test_settings_grid_starts_with_the_full_model() -> None:
     assert setting_exits(logits, grid[0], 0.1).tolist() == [5, 5, 5, 5]
 
 
+@pytest.mark.slow
 def test_budget_pick_against_a_plain_reference() -> None:
     task = TASKS["mrpc"]
     for seed in range(6):
@@ -171,6 +172,7 @@ def test_budget_pick_against_a_plain_reference() -> None:
         assert budget_pick(outputs, 0)["validation_score"] >= val_scores[0] - 1e-12
 
 
+@pytest.mark.slow
 def test_budget_pick_from_another_models_reference() -> None:
     """A reference (ce's scores) sets both floors; none admitted: the full model, flagged."""
     task = TASKS["mrpc"]
@@ -226,6 +228,7 @@ def reference_differences(task, a, b, labels, example_draws, seed_draws) -> list
 
 
 @pytest.mark.parametrize("name", ["final", "shallow", "average", "auc"])
+@pytest.mark.slow
 def test_resampled_differences_against_index_resampling(name: str) -> None:
     task = TASKS["mrpc"]
     a = [measure(random_outputs(task, s), name) for s in (1, 2, 3)]

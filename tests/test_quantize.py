@@ -24,7 +24,7 @@ from aclpipe.early_exit.tokens import pad
 from aclpipe.errors import UserError
 from aclpipe.exits.export import export_exits
 from aclpipe.exits.quantize import chain_logits, compare, int8_name
-from aclpipe.layout import DEV_LOGITS, EXPORT_JSON
+from aclpipe.layout import DEV_LOGITS, EMBEDDINGS_ONNX, EXPORT, EXPORT_JSON, split_file
 
 BATCH = 4
 
@@ -33,9 +33,9 @@ BATCH = 4
 def int8_export(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
     root = tmp_path_factory.mktemp("int8")
     model_dir, data_dir = trained_folders(root, tiny_model_dir, "mean")
-    out = root / "export"
+    out = root / EXPORT
     report = export_exits(TASKS["sst2"], model_dir, data_dir, out, batch_size=BATCH, int8=True)
-    rows = [json.loads(line) for line in (data_dir / "dev.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in split_file(data_dir, "dev").read_text().splitlines()]
     return {"out": out, "report": report, "rows": rows, "root": root, "model_dir": model_dir,
             "data_dir": data_dir}  # fmt: skip
 
@@ -80,11 +80,11 @@ def test_other_poolings_quantize_every_weight_product(pooling, tmp_path, tiny_mo
     import onnx
 
     model_dir, data_dir = trained_folders(tmp_path, tiny_model_dir, pooling)
-    report = export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / "export",
+    report = export_exits(TASKS["sst2"], model_dir, data_dir, tmp_path / EXPORT,
                           batch_size=BATCH, int8=True)  # fmt: skip
     for plain, int8 in zip(report["segments"], report["int8"]["segments"]):
-        before = onnx.load(str(tmp_path / "export" / plain["file"])).graph
-        after = onnx.load(str(tmp_path / "export" / int8)).graph
+        before = onnx.load(str(tmp_path / EXPORT / plain["file"])).graph
+        after = onnx.load(str(tmp_path / EXPORT / int8)).graph
         assert _weight_products(after) == 0
         assert [n.op_type for n in after.node].count("MatMulInteger") == _weight_products(before) > 7
     assert max(report["int8"]["max_abs_diff_logits"]) < 0.05
@@ -98,7 +98,7 @@ def test_recorded_dev_figures_match_a_plain_loop(int8_export: dict) -> None:
     import onnxruntime as ort
 
     out, record, rows = int8_export["out"], int8_export["report"]["int8"], int8_export["rows"]
-    sessions = [ort.InferenceSession(str(out / f)) for f in ("embeddings.onnx", *record["segments"])]
+    sessions = [ort.InferenceSession(str(out / f)) for f in (EMBEDDINGS_ONNX, *record["segments"])]
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
     logits = np.zeros((len(record["exits"]), len(rows), 2), dtype=np.float32)
     for start in range(0, len(rows), BATCH):

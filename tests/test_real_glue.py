@@ -20,6 +20,7 @@ GLUE_DIR = Path(
     ("name", "train_rows", "dev_rows"),
     [("sst2", 67_349, 872), ("mrpc", 3_668, 408), ("rte", 2_490, 277)],
 )
+@pytest.mark.slow
 def test_real_files(name: str, train_rows: int, dev_rows: int) -> None:
     task = TASKS[name]
     if not local_available(task, GLUE_DIR):

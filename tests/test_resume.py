@@ -28,10 +28,12 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import invoke, ok, tree
+from paths import RELATIVE, at
 from safetensors.torch import load_file
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
+from aclpipe.layout import MODEL_CONFIG, TRAINING_LOG, WEIGHTS, checkpoint_dir
 from aclpipe.run_log import read_run_log
 from aclpipe.training import checkpoint as ckpt
 from aclpipe.training.checkpoint import Position, TrainingState, load_checkpoint, save_checkpoint
@@ -41,7 +43,7 @@ from aclpipe.training.loop import linear_schedule
 TRAIN = {"epochs": 2, "batch_size": 4}
 FINETUNE = ("finetune", "--task", "sst2", "--method", "joint")
 SAVE_EVERY_STEP = ("--set", "train.save_every=1")
-CHECKPOINT = Path("models/sst2/.joint.checkpoint")
+CHECKPOINT = checkpoint_dir(RELATIVE.model("sst2", "joint"))
 START_TIMEOUT_S = 180  # a fresh interpreter imports torch and transformers on a busy machine
 
 
@@ -56,12 +58,12 @@ def killed(status: int) -> bool:
 def assert_same_run(model_dir: Path, reference: Path) -> None:
     """Weights bitwise equal; history (dev scores per epoch) and step log byte-identical."""
     got, want = (
-        load_file(model_dir / "model.safetensors"),
-        load_file(reference / "model.safetensors"),
+        load_file(model_dir / WEIGHTS),
+        load_file(reference / WEIGHTS),
     )
     assert got.keys() == want.keys()
     assert [k for k in want if not torch.equal(got[k], want[k])] == []
-    assert tree(model_dir / "dvclive") == tree(reference / "dvclive")
+    assert tree(model_dir / TRAINING_LOG) == tree(reference / TRAINING_LOG)
 
 
 def resumed_from(output: str, method: str = "joint") -> str:
@@ -94,7 +96,7 @@ def reference_runs(tmp_path_factory: pytest.TempPathFactory, make_project) -> di
             work = make_project(tmp_path_factory.mktemp(f"reference-{method}"), train=TRAIN)
             mp.chdir(work)
             ok("finetune", "--task", "sst2", "--method", method)
-            runs[method] = work / "models" / "sst2" / method
+            runs[method] = at(work).model("sst2", method)
     return runs
 
 
@@ -186,6 +188,7 @@ def kill_after_progress(run: Run, steps: int, jitter_s: float | None, timeout_s:
     return run.kill()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(
     make_project, reference_runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -203,7 +206,7 @@ def test_sigkill_at_random_moments_then_resume(
         hit_mid_write |= any(checkpoint.parent.glob(f".tmp-{checkpoint.name}-*"))
         steps_at_kill.append(checkpoint_step(checkpoint))
         assert steps_at_kill[-1] is not None, "a kill must leave a complete checkpoint"
-        assert not (work / "models" / "sst2" / "joint" / "aclpipe_model.json").exists()
+        assert not (at(work).model("sst2", "joint") / MODEL_CONFIG).exists()
     final = Run(work, tmp_path / "final.log", (*FINETUNE, *SAVE_EVERY_STEP)).spawn()
     _wait_until(lambda: final.poll() is not None, 300, 0.05)
     assert final.code == 0, final.output()
@@ -213,7 +216,7 @@ def test_sigkill_at_random_moments_then_resume(
     for step, output in zip(steps_at_kill, outputs[1:]):
         assert resumed_from(output).endswith(f"(step {step})"), (step, output)
     assert steps_at_kill == sorted(steps_at_kill)
-    model_dir = work / "models" / "sst2" / "joint"
+    model_dir = at(work).model("sst2", "joint")
     assert_same_run(model_dir, reference_runs["joint"])
     assert not checkpoint.exists()
     assert not [n for n in leftovers(model_dir.parent) if n.startswith((".tmp-.", ".old-"))]
@@ -235,15 +238,16 @@ def test_sigkill_of_a_fresh_interpreter_then_resume(
     code = kill_after_progress(run, rng.randint(1, 8), rng.uniform(0.0, 0.05), START_TIMEOUT_S)
     assert code == -signal.SIGKILL, run.output()
     step = checkpoint_step(work / CHECKPOINT)
-    assert step is not None and not (work / "models" / "sst2" / "joint").exists()
+    assert step is not None and not at(work).model("sst2", "joint").exists()
     monkeypatch.chdir(work)
     assert resumed_from(ok(*FINETUNE)).endswith(f"(step {step})")
-    assert_same_run(work / "models" / "sst2" / "joint", reference_runs["joint"])
+    assert_same_run(at(work).model("sst2", "joint"), reference_runs["joint"])
 
 
 # Kills at chosen points, in a forked child --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -266,16 +270,17 @@ def test_kill_while_writing_a_checkpoint(
         invoke(*FINETUNE, *SAVE_EVERY_STEP)
 
     assert killed(run_in_child(body))
-    (half_written,) = work.joinpath("models/sst2").glob(f".tmp-{CHECKPOINT.name}-*")
+    (half_written,) = at(work).models("sst2").glob(f".tmp-{CHECKPOINT.name}-*")
     assert (half_written / ckpt.MODEL).exists() and not (half_written / ckpt.STATE).exists()
     assert checkpoint_step(work / CHECKPOINT) == 3
     # log_every changes no arithmetic, so it does not stop the resume
     output = ok(*FINETUNE, *SAVE_EVERY_STEP, "--set", "train.log_every=5")
     assert resumed_from(output).endswith("stage 1, epoch 1, batch 3 (step 3)")
     assert not half_written.exists() and not (work / CHECKPOINT).exists()
-    assert_same_run(work / "models" / "sst2" / "joint", reference_runs["joint"])
+    assert_same_run(at(work).model("sst2", "joint"), reference_runs["joint"])
 
 
+@pytest.mark.slow
 def test_deebert_resumes_across_the_stage_boundary(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -298,17 +303,18 @@ def test_deebert_resumes_across_the_stage_boundary(
         invoke(*args)
 
     assert killed(run_in_child(body))
-    state = json.loads((work / "models/sst2/.deebert.checkpoint" / ckpt.STATE).read_text())
+    state = json.loads((checkpoint_dir(at(work).model("sst2", "deebert")) / ckpt.STATE).read_text())
     assert state["position"] == {"stage": 0, "epoch": 2, "batch": 0, "global_step": 24}
     assert [e["stage"] for e in state["history"]] == [1, 1]
     output = ok(*args)
     assert resumed_from(output, "deebert").endswith("stage 2, epoch 1, batch 0 (step 24)")
     assert "deebert stage 1/2" not in output  # stage 1 is not trained again
-    assert_same_run(work / "models" / "sst2" / "deebert", reference_runs["deebert"])
-    history = read_run_log(work / "models/sst2/deebert").history
+    assert_same_run(at(work).model("sst2", "deebert"), reference_runs["deebert"])
+    history = read_run_log(at(work).model("sst2", "deebert")).history
     assert [(e["stage"], e["epoch"]) for e in history] == [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
+@pytest.mark.slow
 def test_kill_between_the_two_renames_of_a_checkpoint(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -331,8 +337,8 @@ def test_kill_between_the_two_renames_of_a_checkpoint(
     assert killed(run_in_child(body))
     assert not (work / CHECKPOINT).exists()
     output = ok(*FINETUNE, *SAVE_EVERY_STEP)
-    assert_same_run(work / "models" / "sst2" / "joint", reference_runs["joint"])
-    assert leftovers(work / "models" / "sst2") == []
+    assert_same_run(at(work).model("sst2", "joint"), reference_runs["joint"])
+    assert leftovers(at(work).models("sst2")) == []
     assert resumed_from(output).endswith(("(step 2)", "(step 3)"))
 
 
@@ -361,6 +367,7 @@ def _kill_after_first_checkpoint(run_in_child, *extra: str) -> None:
         (ckpt.STATE, "truncate"),
     ],
 )
+@pytest.mark.slow
 def test_damaged_checkpoint_is_one_line_error(
     make_project, run_in_child, tmp_path: Path, monkeypatch, name: str, damage: str
 ) -> None:
@@ -382,9 +389,10 @@ def test_damaged_checkpoint_is_one_line_error(
     assert "delete that folder" in lines[0]
     # kept as it was for inspection; no model written from it
     assert sorted((p.name, p.read_bytes()) for p in (work / CHECKPOINT).iterdir()) == damaged
-    assert not (work / "models" / "sst2" / "joint").exists()
+    assert not at(work).model("sst2", "joint").exists()
 
 
+@pytest.mark.slow
 def test_checkpoint_of_other_params_is_discarded(
     make_project, reference_runs: dict[str, Path], run_in_child, tmp_path: Path, monkeypatch
 ) -> None:
@@ -398,7 +406,7 @@ def test_checkpoint_of_other_params_is_discarded(
     assert "resuming" not in output
     assert "joint stage 1/1 step 1/24" in output  # counted from the first step
     assert not (work / CHECKPOINT).exists()
-    assert_same_run(work / "models" / "sst2" / "joint", reference_runs["joint"])
+    assert_same_run(at(work).model("sst2", "joint"), reference_runs["joint"])
 
 
 # save_checkpoint / load_checkpoint, in process -------------------------------------------
@@ -438,7 +446,7 @@ def test_checkpoint_roundtrip_restores_everything(tmp_path: Path) -> None:
     model = _model()
     optimizer, scheduler = _train_a_little(model, steps=3)
     rank1 = torch.Generator().manual_seed(7).get_state()  # another process's RNG state
-    folder = tmp_path / ".m.checkpoint"
+    folder = checkpoint_dir(tmp_path / "m")
     history, step_log = [{"epoch": 1, "dev_scores": [0.5, 0.75]}], [{"step": 3, "loss": 0.25}]
     training = TrainingState(
         Position(1, 2, 3, 4),
@@ -494,7 +502,7 @@ def test_checkpoint_roundtrip_restores_everything(tmp_path: Path) -> None:
 
 
 def test_load_checkpoint_cleans_up_and_checks_the_fingerprint(tmp_path: Path) -> None:
-    folder = tmp_path / ".m.checkpoint"
+    folder = checkpoint_dir(tmp_path / "m")
     assert load_checkpoint(folder, _model(), "print") is None  # nothing to resume
     model = _model()
     optimizer, scheduler = _train_a_little(model, steps=1)
@@ -510,7 +518,7 @@ def test_load_checkpoint_cleans_up_and_checks_the_fingerprint(tmp_path: Path) ->
 
 
 def test_damaged_checkpoint_names_the_folder(tmp_path: Path) -> None:
-    folder = tmp_path / ".m.checkpoint"
+    folder = checkpoint_dir(tmp_path / "m")
     model = _model()
     optimizer, scheduler = _train_a_little(model, steps=1)
     fresh = TrainingState(Position(), optimizer.state_dict(), scheduler.state_dict())

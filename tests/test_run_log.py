@@ -8,6 +8,7 @@ import math
 import pytest
 
 from aclpipe.errors import UserError
+from aclpipe.layout import DVC_YAML, LEGACY_HISTORY, LEGACY_STEPS
 from aclpipe.run_log import LIVE_DIR, read_run_log, write_run_log
 
 RUN = {"task": "sst2", "method": "acl-cl", "exits": [2, 4, 6], "processes": 1}
@@ -52,9 +53,9 @@ def test_dvclive_layout_and_summary(tmp_path):
     write_run_log(tmp_path, RUN, HISTORY, _steps())
     live = tmp_path / LIVE_DIR
     assert (live / "plots/metrics/train/loss.tsv").read_text().splitlines()[0] == "step\tloss"
-    summary = json.loads((live / "metrics.json").read_text())  # what `dvc exp show` lists
+    summary = json.loads((live / "metrics.json").read_text())  # DVCLive's summary: what `dvc exp show` lists
     assert summary["dev"]["score_L6"] == 0.8 and summary["step"] == 7
-    assert not (live / "dvc.yaml").exists() and not (tmp_path / "dvc.yaml").exists()
+    assert not (live / DVC_YAML).exists() and not (tmp_path / DVC_YAML).exists()
 
 
 def test_single_objective_run_has_no_rule_records(tmp_path):
@@ -66,8 +67,8 @@ def test_single_objective_run_has_no_rule_records(tmp_path):
 
 def test_legacy_campaign_run_is_read(tmp_path):
     steps = _steps()[:2]
-    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
-    (tmp_path / "history.json").write_text(json.dumps({**RUN, "epochs": HISTORY}))
+    (tmp_path / LEGACY_STEPS).write_text("".join(json.dumps(r) + "\n" for r in steps))
+    (tmp_path / LEGACY_HISTORY).write_text(json.dumps({**RUN, "epochs": HISTORY}))
     log = read_run_log(tmp_path)
     assert log.run == RUN and log.history == HISTORY and log.steps[0]["main"] == steps[0]["main"]
 

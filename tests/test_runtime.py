@@ -143,6 +143,7 @@ def property_grid(num_exits: int) -> list[tuple[str, float]]:
             + [("entropy", s) for s in entropy] + [("confidence", d) for d in confidence])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_runtime_equals_offline_policy_over_the_grid(property_model) -> None:
     """For every policy and threshold, padded batch and batch 1: the runtime's exit of every
     sample is the offline policy's (``exit_indices`` on the all-exit logits) and its logits are
@@ -164,6 +165,7 @@ def test_runtime_equals_offline_policy_over_the_grid(property_model) -> None:
             torch.testing.assert_close(one.logits[0], picked[i], atol=LOGIT_ATOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_patience_three_and_more_exits_early(property_model) -> None:
     """Not vacuous: with heads that agree, patience t >= 3 sends samples out before the last
     exit, in the runtime, batched and one by one."""

@@ -26,6 +26,7 @@ from aclpipe.early_exit.runtime import EarlyExitRuntime
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
 from aclpipe.exits.export import export_exits, write_tokenizer_file
+from aclpipe.layout import EXPORT, EXPORT_TOKENIZER
 from aclpipe.modeling.backbone import load_tokenizer
 from aclpipe.modeling.model import load_multi_exit
 
@@ -39,8 +40,8 @@ PAIRS = [(a, b) for a, b in zip(SENTENCES, SENTENCES[::-1])]
 def export_dir(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
     root = tmp_path_factory.mktemp(f"serve-{request.param}")
     model_dir, data_dir = trained_folders(root, tiny_model_dir, request.param)
-    export_exits(TASKS["sst2"], model_dir, data_dir, root / "export", batch_size=4)
-    return root / "export"
+    export_exits(TASKS["sst2"], model_dir, data_dir, root / EXPORT, batch_size=4)
+    return root / EXPORT
 
 
 def near_threshold(policy: str, threshold: float, exits_logits: list[list[float]]) -> bool:
@@ -70,7 +71,7 @@ def test_onnx_runtime_agrees_with_pytorch(export_dir: Path) -> None:
     identical exits except samples within NEAR of a threshold (counted, printed), logits
     within LOGITS_TOLERANCE."""
     model = load_multi_exit(export_dir / "model").eval()
-    tokenizer = load_fast_tokenizer(export_dir / "tokenizer.json", 32)
+    tokenizer = load_fast_tokenizer(export_dir / EXPORT_TOKENIZER, 32)
     batches = [
         pad(encode(tokenizer, [(s, None) for s in SENTENCES]), 0),
         pad(encode(tokenizer, PAIRS), 0),
@@ -102,7 +103,7 @@ def test_onnx_runtime_agrees_with_pytorch(export_dir: Path) -> None:
 @pytest.mark.slow
 def test_policy_none_is_the_last_exit(export_dir: Path) -> None:
     model = load_multi_exit(export_dir / "model").eval()
-    tokenizer = load_fast_tokenizer(export_dir / "tokenizer.json", 32)
+    tokenizer = load_fast_tokenizer(export_dir / EXPORT_TOKENIZER, 32)
     batch = pad(encode(tokenizer, [(s, None) for s in SENTENCES]), 0)
     got = OnnxEarlyExit(export_dir, "none", None)(**batch)
     with torch.no_grad():
@@ -206,10 +207,10 @@ def test_fast_tokenizer_file_gives_the_hf_ids(tiny_model_dir: Path, tmp_path: Pa
     """tokenizer.json read by `tokenizers` with predict's settings = the HF tokenizer called
     as training and the torch engine call it (truncation, pair template, type ids)."""
     hf = load_tokenizer(str(tiny_model_dir))
-    write_tokenizer_file(hf, tmp_path / "tokenizer.json")
+    write_tokenizer_file(hf, tmp_path / EXPORT_TOKENIZER)
     long = " ".join(SENTENCES)
     for max_length in (128, 9):
-        fast = load_fast_tokenizer(tmp_path / "tokenizer.json", max_length)
+        fast = load_fast_tokenizer(tmp_path / EXPORT_TOKENIZER, max_length)
         texts = [(s, None) for s in [*SENTENCES, long]] + [*PAIRS, (long, "bad"), ("bad", long)]
         for text, row in zip(texts, encode(fast, texts)):
             parts = [p for p in text if p is not None]

@@ -14,9 +14,21 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, ok
+from paths import at, campaign_at
 from test_campaign_report import STACK, built  # noqa: F401  (the fixture)
 
 from aclpipe.errors import UserError
+from aclpipe.layout import (
+    CAMPAIGN_PARAMS,
+    CURVES_CSV,
+    META,
+    METRICS,
+    PREDICTIONS,
+    REPORTS_README,
+    RUN_RECORD,
+    STACK_CHECK_SCRIPT,
+    TRAINING_LOG,
+)
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.campaign_report import write_reports
 from aclpipe.study.stack_check import (
@@ -29,9 +41,9 @@ from aclpipe.study.stack_check import (
 
 OTHER = {**STACK, "transformers": "4.1"}
 FILES = {
-    "metrics.json": b'{"dev": 0.5}',
-    "predictions.npz": bytes(range(256)) * 4,
-    "dvclive/plots/metrics/train/loss.tsv": b"step\tloss\n1\t0.69\n",
+    METRICS: b'{"dev": 0.5}',
+    PREDICTIONS: bytes(range(256)) * 4,
+    f"{TRAINING_LOG}/plots/metrics/train/loss.tsv": b"step\tloss\n1\t0.69\n",
 }
 
 
@@ -48,7 +60,7 @@ def run_folder(root: Path, environment: dict, files: dict[str, bytes] = FILES, *
         "data": {"splits": {"train": {"examples": 3302}}},
         **record, "environment": environment,
     }  # fmt: skip
-    (folder / "run.json").write_text(json.dumps(run))
+    (folder / RUN_RECORD).write_text(json.dumps(run))
     return folder
 
 
@@ -65,15 +77,15 @@ def test_the_same_bytes_on_two_stacks(tmp_path: Path) -> None:
 
 
 def test_a_changed_or_missing_file_is_named(tmp_path: Path) -> None:
-    changed = {**FILES, "predictions.npz": bytes(range(256)) * 3 + bytes(256)}
-    del changed["metrics.json"]
+    changed = {**FILES, PREDICTIONS: bytes(range(256)) * 3 + bytes(256)}
+    del changed[METRICS]
     check = compare_runs(run_folder(tmp_path, STACK), run_folder(tmp_path, OTHER, changed))
-    assert check["differing"] == ["metrics.json", "predictions.npz"]
-    assert check["sha256"]["metrics.json"][1] is None
+    assert check["differing"] == [METRICS, PREDICTIONS]
+    assert check["sha256"][METRICS][1] is None
     assert check["files"] == 3
-    extra = {**FILES, "curves.csv": b"policy\n"}  # a file only the second run has
+    extra = {**FILES, CURVES_CSV: b"policy\n"}  # a file only the second run has
     check = compare_runs(run_folder(tmp_path, STACK), run_folder(tmp_path, OTHER, extra))
-    assert check["differing"] == ["curves.csv"] and check["files"] == 4
+    assert check["differing"] == [CURVES_CSV] and check["files"] == 4
 
 
 def test_not_the_same_run_or_not_two_stacks_is_a_one_line_error(tmp_path: Path) -> None:
@@ -91,7 +103,7 @@ def test_not_the_same_run_or_not_two_stacks_is_a_one_line_error(tmp_path: Path) 
         compare_runs(a, run_folder(tmp_path, STACK))
     with pytest.raises(UserError, match="has no run.json"):
         compare_runs(a, tmp_path)
-    (a / "run.json").write_text("{")
+    (a / RUN_RECORD).write_text("{")
     with pytest.raises(UserError, match="is not JSON"):
         compare_runs(a, a)
 
@@ -108,12 +120,13 @@ def test_the_sentence_under_the_stacks(tmp_path: Path) -> None:
     assert "(mrpc acl-cl seed 1, 1 epoch on 3302 examples), trained on each" in text
     assert "run.json does not record the CPU, the thread count or the other packages" in text
     assert "byte-identical files, 3 of 3" in text
-    changed = {**FILES, "metrics.json": b"{}"}
+    changed = {**FILES, METRICS: b"{}"}
     differ = compare_runs(run_folder(tmp_path, STACK), run_folder(tmp_path, OTHER, changed))
     text = stack_sentence(differ, {one, two})
     assert "differed in 1 of 3 files (metrics.json): a task's claims over runs on" in text
 
 
+@pytest.mark.slow
 def test_the_command_writes_the_check_and_the_overview_cites_it(
     built: Path,  # noqa: F811  (the fixture)
     tmp_path: Path,
@@ -123,14 +136,14 @@ def test_the_command_writes_the_check_and_the_overview_cites_it(
     result = invoke("campaign", "stack-compare", str(a), str(a), "--campaign", str(built))
     assert result.exit_code == 2 and "ran on the same stack" in result.output
     assert "Traceback" not in result.output and not out.exists()  # nothing half-written
-    reports = tmp_path / "reports"
+    reports = at(tmp_path).reports()
     write_reports(load_campaign(built), reports)  # its runs span cpu and gpu, unchecked
-    assert "that no recorded check has compared" in (reports / "README.md").read_text()
+    assert "that no recorded check has compared" in (reports / REPORTS_README).read_text()
     printed = ok("campaign", "stack-compare", str(a), str(b), "--campaign", str(built))
     assert "3 of 3 files identical" in printed
     assert json.loads(out.read_text()) == compare_runs(a, b)
     write_reports(load_campaign(built), reports)
-    overview = (reports / "README.md").read_text()
+    overview = (reports / REPORTS_README).read_text()
     assert "Checked across the two stacks (device cpu against gpu): the same run" in overview
     assert overview.index("Checked across") < overview.index("## The claims")
 
@@ -151,6 +164,7 @@ FAKE_ACLPIPE = """#!{python}
 import json, os, sys
 from pathlib import Path
 import yaml
+from aclpipe.layout import METRICS, RUN_RECORD, Layout
 args = sys.argv[1:]
 with open(os.environ["CALLS"], "a") as f:
     f.write(json.dumps([args, os.environ.get("PYTHONPATH", ""), os.environ["OMP_NUM_THREADS"]]) + "\\n")
@@ -164,10 +178,10 @@ if args[:2] == ["campaign", "run"]:
     fake = os.environ["FAKE"] if other else ""
     if fake == "fail":
         sys.exit("training failed")  # the other stack's run breaks off
-    folder = root / "runs" / opt["--task"] / (opt["--run"] + "-s" + opt["--seed"])
+    folder = Layout(root).run(opt["--task"], opt["--run"], int(opt["--seed"]))
     folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text('{{"dev": 0.5}}' if fake == "differ" else "{{}}")
-    (folder / "run.json").write_text(json.dumps({{
+    (folder / METRICS).write_text('{{"dev": 0.5}}' if fake == "differ" else "{{}}")
+    (folder / RUN_RECORD).write_text(json.dumps({{
         "task": opt["--task"], "run": opt["--run"], "method": opt["--run"],
         "seed": int(opt["--seed"]), "params": {{"train": {{
             "epochs": params["campaign"]["task_settings"][opt["--task"]]["train"]["epochs"]}}}},
@@ -186,15 +200,15 @@ def _script(root: Path, *args: str, fake: str = "") -> subprocess.CompletedProce
     env = {**os.environ, "ROOT": str(root), "PY": str(root / "py"), "FAKE": fake,
            "ACLPIPE": str(root / "aclpipe"), "CALLS": str(root / "calls.jsonl"),
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *INHERITED])}  # fmt: skip
-    return subprocess.run(["bash", str(REPO / "campaign" / "stack_check.sh"), *args],
+    return subprocess.run(["bash", str(REPO / STACK_CHECK_SCRIPT), *args],
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 def _checkout(tmp_path: Path) -> Path:
     """A checkout holding the campaign's params and the stand-ins for Python and aclpipe."""
     root = tmp_path / "checkout"
-    (root / "campaign").mkdir(parents=True)
-    shutil.copy(REPO / "campaign" / "params.yaml", root / "campaign" / "params.yaml")
+    campaign_at(root).root.mkdir(parents=True)
+    shutil.copy(REPO / CAMPAIGN_PARAMS, root / CAMPAIGN_PARAMS)
     for name, text in (("py", FAKE_PY), ("aclpipe", FAKE_ACLPIPE)):
         (root / name).write_text(text.format(python=sys.executable))
         (root / name).chmod(0o755)
@@ -207,6 +221,7 @@ def _scratch(root: Path) -> Path:
     return Path(args[args.index("--campaign") + 1]).parents[2]
 
 
+@pytest.mark.slow
 def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -> None:
     root = _checkout(tmp_path)
     usage = _script(root, "5.24.0", "mrpc")
@@ -217,8 +232,8 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
         "error: campaign/data/mrpc is not prepared: run `aclpipe campaign prepare --task mrpc` "
         "first"
     ]
-    (root / "campaign" / "data" / "rte").mkdir(parents=True)
-    (root / "campaign" / "data" / "rte" / "meta.json").write_text("{}")
+    campaign_at(root).data("rte").mkdir(parents=True)
+    (campaign_at(root).data("rte") / META).write_text("{}")
     done = _script(root, "5.24.0", "rte", "scl", "3", "2")
     assert done.returncode == 0, done.stderr
     calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
@@ -228,22 +243,23 @@ def test_the_script_trains_the_run_on_both_stacks_and_compares(tmp_path: Path) -
     assert calls[0][1] == inherited and calls[0][2] == "1"  # this stack: PYTHONPATH as it was
     lib, *rest = calls[1][1].split(":")
     assert lib.endswith("/lib") and ":".join(rest) == inherited  # the other version first
-    check = json.loads((root / "campaign" / STACK_CHECK).read_text())
+    check = json.loads((campaign_at(root).root / STACK_CHECK).read_text())
     assert check["changed"] == {"transformers": ["5.24.0", "5.25.0"]}  # the other one first
     assert (check["epochs"], check["run"]["seed"], check["differing"]) == (2, 3, [])
     assert not _scratch(root).exists()  # the scratch runs and the installed version are gone
 
 
+@pytest.mark.slow
 def test_the_script_cleans_up_a_failed_run_and_keeps_two_runs_that_differ(
     tmp_path: Path,
 ) -> None:
     root = _checkout(tmp_path)
-    (root / "campaign" / "data" / "mrpc").mkdir(parents=True)
-    (root / "campaign" / "data" / "mrpc" / "meta.json").write_text("{}")
+    campaign_at(root).data("mrpc").mkdir(parents=True)
+    (campaign_at(root).data("mrpc") / META).write_text("{}")
     failed = _script(root, "5.24.0", fake="fail")
     assert failed.returncode != 0 and failed.stderr.strip().splitlines() == ["training failed"]
     assert not _scratch(root).exists()  # the trap removed the scratch on the failure path too
-    assert not (root / "campaign" / STACK_CHECK).exists()  # nothing recorded
+    assert not (campaign_at(root).root / STACK_CHECK).exists()  # nothing recorded
     (root / "calls.jsonl").unlink()
     differ = _script(root, "5.24.0", fake="differ")
     work = _scratch(root)
@@ -251,10 +267,10 @@ def test_the_script_cleans_up_a_failed_run_and_keeps_two_runs_that_differ(
     assert differ.stderr.strip().splitlines()[-1] == (
         f"the two runs differ (campaign/stack_check.json names the files): both kept in {work}"
     )
-    assert json.loads((root / "campaign" / STACK_CHECK).read_text())["differing"] == [
-        "metrics.json"
+    assert json.loads((campaign_at(root).root / STACK_CHECK).read_text())["differing"] == [
+        METRICS
     ]
-    run = Path("campaign", "runs", "mrpc", "acl-cl-s1", "metrics.json")
+    run = campaign_at(Path()).run("mrpc", "acl-cl", 1) / METRICS
     assert (work / "this" / run).read_text() == "{}"
     assert (work / "other" / run).read_text() == '{"dev": 0.5}'
     shutil.rmtree(work)

@@ -8,10 +8,21 @@ import json
 from pathlib import Path
 
 import pytest
+from paths import at
 from rich.console import Console
 
 import aclpipe.study.tradeoff
 from aclpipe.errors import UserError
+from aclpipe.layout import (
+    CURVES_JSON,
+    EXIT_SCORES_CSV,
+    EXIT_SCORES_PNG,
+    METRICS,
+    TRADEOFF_CSV,
+    TRADEOFF_CURVES_CSV,
+    TRADEOFF_MD,
+    TRADEOFF_PNG,
+)
 from aclpipe.study.tradeoff import best_within, tradeoff
 
 TASK = "rte"
@@ -55,7 +66,7 @@ def write_metrics(folder: Path, method: str, scores: dict[int, float]) -> None:
     report = {"task": TASK, "method": method, "exits": list(scores), "splits": {"dev": split},
               "final_score": values[-1], "average_over_exits": split["average_over_exits"]}  # fmt: skip
     (folder / method).mkdir(parents=True, exist_ok=True)
-    (folder / method / "metrics.json").write_text(json.dumps(report), encoding="utf-8")
+    (folder / method / METRICS).write_text(json.dumps(report), encoding="utf-8")
 
 
 def write_curves(folder: Path, method: str, full_score: float, onnx: bool = True) -> None:
@@ -73,18 +84,18 @@ def write_curves(folder: Path, method: str, full_score: float, onnx: bool = True
                     onnx_vs_torch_full_batch1=2.5, onnx_vs_torch_full_batch32=2.0)  # fmt: skip
     curves = {"task": TASK, "method": method, "exits": [1, 2, 3, 4], "num_layers": 4,
               "split": "dev", "timing_examples": 64, "full_model": full, "points": points}  # fmt: skip
-    (folder / method / "curves.json").write_text(json.dumps(curves), encoding="utf-8")
+    (folder / method / CURVES_JSON).write_text(json.dumps(curves), encoding="utf-8")
 
 
 @pytest.fixture
 def reports(tmp_path: Path) -> Path:
     """reports/rte/{ce, joint, scl}: ce 0.80 (single exit), joint 4 exits + sweep, scl 0.79."""
-    task_dir = tmp_path / "reports" / TASK
+    task_dir = at(tmp_path).reports(TASK)
     write_metrics(task_dir, "ce", {4: 0.80})
     write_metrics(task_dir, "joint", {1: 0.62, 2: 0.71, 3: 0.78, 4: 0.81})
     write_curves(task_dir, "joint", 0.81)
     write_metrics(task_dir, "scl", {4: 0.79})
-    return tmp_path / "reports"
+    return at(tmp_path).reports()
 
 
 @pytest.fixture
@@ -130,7 +141,7 @@ def test_dash_when_no_point_meets_the_budget(reports: Path, no_plots: None) -> N
     assert pick(result, "scl", 1)["policy"] == "full"  # 0.79 >= 0.80 - 0.01
     scl_line = next(line for line in out.getvalue().splitlines() if line.startswith("│ scl"))
     assert "-" in scl_line.split("│")[2]
-    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    md = (reports / TASK / TRADEOFF_MD).read_text(encoding="utf-8")
     scl_md = next(line for line in md.splitlines() if line.startswith("| scl") and "×" in line)
     assert scl_md.split("|")[2].strip() == "-"
 
@@ -154,7 +165,7 @@ def test_missing_method_is_named_once_and_the_rest_print(reports: Path, no_plots
 
 
 def test_no_ce_result_is_a_user_error(reports: Path) -> None:
-    (reports / TASK / "ce" / "metrics.json").unlink()
+    (reports / TASK / "ce" / METRICS).unlink()
     with pytest.raises(UserError, match="full ce model") as err:
         tradeoff(TASK, reports, console=quiet()[0])
     assert "--method ce" in str(err.value)
@@ -162,7 +173,7 @@ def test_no_ce_result_is_a_user_error(reports: Path) -> None:
 
 def test_no_results_for_the_task_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no results for task rte") as err:
-        tradeoff(TASK, tmp_path / "reports", console=quiet()[0])
+        tradeoff(TASK, at(tmp_path).reports(), console=quiet()[0])
     message = str(err.value)
     assert "aclpipe prepare --task rte" in message
     assert "pipeline.tasks" in message and "dvc repro" in message
@@ -173,15 +184,16 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_every_file_is_written_and_parses_back(reports: Path) -> None:
     result = tradeoff(TASK, reports, console=quiet()[0])
     task_dir = reports / TASK
-    names = ["tradeoff.md", "tradeoff.csv", "tradeoff_curves.csv", "exit_scores.csv",
-             "tradeoff_score_vs_time.png", "exit_scores.png"]  # fmt: skip
+    names = [TRADEOFF_MD, TRADEOFF_CSV, TRADEOFF_CURVES_CSV, EXIT_SCORES_CSV,
+             TRADEOFF_PNG, EXIT_SCORES_PNG]  # fmt: skip
     assert sorted(Path(f).name for f in result["files"]) == sorted(names)
     assert not list(task_dir.glob(".tmp-*"))
 
-    rows = read_csv(task_dir / "tradeoff.csv")
+    rows = read_csv(task_dir / TRADEOFF_CSV)
     assert len(rows) == 3 * 4
     assert list(rows[0])[-6:] == ["measured_speedup_batch1", "measured_speedup_batch32",
                                   *ONNX_FIELDS]  # fmt: skip
@@ -193,7 +205,7 @@ def test_every_file_is_written_and_parses_back(reports: Path) -> None:
     scl0 = next(r for r in rows if r["method"] == "scl" and r["budget_points"] == "0")
     assert scl0["policy"] == "" and scl0["layer_speedup"] == ""
 
-    curves = read_csv(task_dir / "tradeoff_curves.csv")
+    curves = read_csv(task_dir / TRADEOFF_CURVES_CSV)
     assert len(curves) == len(JOINT_POINTS) + 3  # every sweep point, plus each full model
     assert {r["method"] for r in curves if r["policy"] == "full"} == {"ce", "joint", "scl"}
     joint_full = next(r for r in curves if r["method"] == "joint" and r["policy"] == "full")
@@ -202,27 +214,27 @@ def test_every_file_is_written_and_parses_back(reports: Path) -> None:
         float(next(r for r in curves if r["policy"] == "patience")["expected_time_ratio"]) == 0.55
     )
 
-    exits = read_csv(task_dir / "exit_scores.csv")
+    exits = read_csv(task_dir / EXIT_SCORES_CSV)
     assert [(r["method"], int(r["layer"])) for r in exits] == [
         ("ce", 4), ("joint", 1), ("joint", 2), ("joint", 3), ("joint", 4), ("scl", 4)
     ]  # fmt: skip
     assert float(exits[1]["score"]) == pytest.approx(0.62)
 
-    md = (task_dir / "tradeoff.md").read_text(encoding="utf-8")
+    md = (task_dir / TRADEOFF_MD).read_text(encoding="utf-8")
     assert "80.00" in md and "measured speed-up" in md and "64 dev examples" in md
     assert ("2.00× (78.50); torch 1.70× / 1.90×; onnx 1.85× / 1.95×; "
             "onnx/torch-full 4.20× / 3.40×; entropy@0.5") in md  # fmt: skip
     assert "onnx/torch-full: the full PyTorch model's time" in md  # what each engine's ratio is
     assert "| joint | 62.00 | 71.00 | 78.00 | 81.00 |" in md
     assert "| ce |  |  |  | 80.00 |" in md  # blank where there is no exit
-    for png in ("tradeoff_score_vs_time.png", "exit_scores.png"):
+    for png in (TRADEOFF_PNG, EXIT_SCORES_PNG):
         assert (task_dir / png).read_bytes()[:8] == PNG_MAGIC
 
 
 def test_multi_exit_method_without_curves_counts_its_full_model(
     reports: Path, no_plots: None
 ) -> None:
-    (reports / TASK / "joint" / "curves.json").unlink()
+    (reports / TASK / "joint" / CURVES_JSON).unlink()
     console, out = quiet()
     result = tradeoff(TASK, reports, console=console)
     assert pick(result, "joint", 0)["policy"] == "full"
@@ -236,23 +248,23 @@ def test_curves_without_onnx_timings_still_render(reports: Path, no_plots: None)
     console, out = quiet()
     result = tradeoff(TASK, reports, console=console)
     assert all(pick(result, "joint", b)[f] is None for b in (0, 1, 2, 5) for f in ONNX_FIELDS)
-    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    md = (reports / TASK / TRADEOFF_MD).read_text(encoding="utf-8")
     assert ("2.00× (78.50); torch 1.70× / 1.90×; onnx - / -; onnx/torch-full - / -; "
             "entropy@0.5") in md  # fmt: skip
     assert "onnx - / -" in out.getvalue()
-    rows = read_csv(reports / TASK / "tradeoff.csv")
+    rows = read_csv(reports / TASK / TRADEOFF_CSV)
     assert all(r[f] == "" for r in rows for f in ONNX_FIELDS)
 
 
 def test_onnx_speedup_above_its_bound_is_marked(reports: Path, no_plots: None) -> None:
     """ONNX Runtime's early exit over its own full model has the layer bound (entropy@0.5:
     2.00x); over the full PyTorch model it has none."""
-    path = reports / TASK / "joint" / "curves.json"
+    path = reports / TASK / "joint" / CURVES_JSON
     curves = json.loads(path.read_text(encoding="utf-8"))
     curves["points"][2].update(onnx_speedup_batch1=2.2, onnx_vs_torch_full_batch1=9.0)
     path.write_text(json.dumps(curves), encoding="utf-8")
     result = tradeoff(TASK, reports, console=quiet()[0])
-    md = (reports / TASK / "tradeoff.md").read_text(encoding="utf-8")
+    md = (reports / TASK / TRADEOFF_MD).read_text(encoding="utf-8")
     assert "onnx 2.20×* / 1.95×; onnx/torch-full 9.00× / 3.40×" in md
     (line,) = [w for w in result["warnings"] if "timing noise" in w]
     assert "1 measured speed-up above" in line and "entropy@0.5 (onnx) at batch 1" in line
@@ -261,15 +273,15 @@ def test_onnx_speedup_above_its_bound_is_marked(reports: Path, no_plots: None) -
 def add_validation(folder: Path, method: str, final: float, scores: list[float] | None) -> None:
     """A validation split in metrics.json, and (multi-exit) a validation sweep in curves.json
     with these scores at JOINT_POINTS' settings."""
-    metrics = json.loads((folder / method / "metrics.json").read_text())
+    metrics = json.loads((folder / method / METRICS).read_text())
     metrics["splits"]["validation"] = {"final_score": final, "per_exit": []}
-    (folder / method / "metrics.json").write_text(json.dumps(metrics))
+    (folder / method / METRICS).write_text(json.dumps(metrics))
     if scores is not None:
-        curves = json.loads((folder / method / "curves.json").read_text())
+        curves = json.loads((folder / method / CURVES_JSON).read_text())
         curves["validation"] = {"full_model": {"score": final}, "points": [
             {"policy": p, "threshold": t, "score": s, "layer_speedup": 1 / r}
             for (p, t, _, r, _, _), s in zip(JOINT_POINTS, scores)]}  # fmt: skip
-        (folder / method / "curves.json").write_text(json.dumps(curves))
+        (folder / method / CURVES_JSON).write_text(json.dumps(curves))
 
 
 def test_settings_are_chosen_on_validation_and_scored_on_dev(
@@ -296,20 +308,20 @@ def test_settings_are_chosen_on_validation_and_scored_on_dev(
     assert pick(result, "scl", 0)["policy"] is None  # 0.84 < 0.85 on validation
     assert pick(result, "scl", 1)["policy"] == "full"
     assert pick(result, "scl", 0)["met_on_dev"] is None  # nothing chosen
-    text = (task_dir / "tradeoff.md").read_text()
+    text = (task_dir / TRADEOFF_MD).read_text()
     assert "chosen on the validation split" in text
     assert "4.00× (70.00, under the budget on dev)" in text
     assert "(under the budget on dev) after a score" in text
     assert "(81.00, under" not in text  # the full model at b 0 keeps its budget on dev
-    csv_rows = [r for r in read_csv(task_dir / "tradeoff.csv") if r["method"] == "joint"]
+    csv_rows = [r for r in read_csv(task_dir / TRADEOFF_CSV) if r["method"] == "joint"]
     assert [r["met_on_dev"] for r in csv_rows] == ["True", "False", "False", "False"]
     # a method without a validation sweep: every method is chosen on dev, as before
-    curves = json.loads((task_dir / "joint" / "curves.json").read_text())
+    curves = json.loads((task_dir / "joint" / CURVES_JSON).read_text())
     del curves["validation"]
-    (task_dir / "joint" / "curves.json").write_text(json.dumps(curves))
+    (task_dir / "joint" / CURVES_JSON).write_text(json.dumps(curves))
     result = tradeoff(TASK, reports, console=quiet()[0])
     assert result["validation_reference"] is None
     assert pick(result, "joint", 1)["chosen_on"] == "dev"
     assert pick(result, "joint", 1)["policy"] == "patience"
     assert any("settings chosen on dev" in w and "optimistic" in w for w in result["warnings"])
-    assert "Warnings:" in (task_dir / "tradeoff.md").read_text()
+    assert "Warnings:" in (task_dir / TRADEOFF_MD).read_text()

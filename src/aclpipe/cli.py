@@ -37,6 +37,7 @@ from aclpipe.cli_options import (
     user_errors,
 )
 from aclpipe.errors import UserError
+from aclpipe.layout import PARAMS
 from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
 from aclpipe.study.cli import app as study_app
 from aclpipe.study.cli import campaign_app
@@ -71,7 +72,7 @@ def main(
 @user_errors
 def prepare(
     task: TaskOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     glue_dir: Annotated[
         Path | None,
@@ -100,7 +101,7 @@ def prepare(
 def finetune(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Train a method on a task; writes models/<task>/<method>/."""
@@ -118,7 +119,7 @@ def finetune(
 def evaluate(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Score every exit on the dev split(s); writes reports/<task>/<method>/metrics.json."""
@@ -137,7 +138,7 @@ def evaluate(
 def export_exits(
     task: TaskOpt = None,
     method: MethodOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     opset: Annotated[
         int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")

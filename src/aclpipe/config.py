@@ -28,6 +28,7 @@ from aclpipe.data.config import DataConfig
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.config import EvaluateConfig
+from aclpipe.layout import PARAMS
 from aclpipe.modeling.config import DEFAULT_MODEL, ModelConfig
 from aclpipe.training.config import TrainConfig
 from aclpipe.training.knobs import KNOBS, check_method
@@ -191,7 +192,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def load_params(path: Path | str = "params.yaml", overrides: list[str] | None = None) -> Params:
+def load_params(path: Path | str = PARAMS, overrides: list[str] | None = None) -> Params:
     """Read params.yaml (missing file: defaults only if no file was named) plus overrides."""
     path = Path(path)
     if path.exists():
@@ -203,7 +204,7 @@ def load_params(path: Path | str = "params.yaml", overrides: list[str] | None = 
             raise UserError(f"{path} is not valid YAML{where}: fix the syntax") from None
         except UnicodeDecodeError:
             raise UserError(f"{path} is not UTF-8 text: save it as UTF-8") from None
-    elif path.name == "params.yaml" and path.parent == Path("."):
+    elif path.name == PARAMS and path.parent == Path("."):
         raw = {}
     else:
         raise UserError(f"params file {path} not found: pass an existing file with --params")

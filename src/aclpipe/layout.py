@@ -31,15 +31,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# the two pipelines: the default one at the repository root, the seeds campaign under campaign/
+PARAMS = "params.yaml"
+DVC_YAML = "dvc.yaml"
+CAMPAIGN = "campaign"  # the campaign's root folder, and its reports' folder under reports/
+CAMPAIGN_PARAMS = f"{CAMPAIGN}/{PARAMS}"
+
+# the folders under a root
+DATA, MODELS, REPORTS, RUNS, TUNE = "data", "models", "reports", "runs", "tune"
+
 # prepare
 META = "meta.json"
 VALIDATION = "validation"  # the split held out of train for selection (data.validation_fraction)
+SPLIT_SUFFIX = ".jsonl"  # data/<task>/<split>.jsonl
 
 # finetune: the trained model's folder
 WEIGHTS = "model.safetensors"
 MODEL_CONFIG = "aclpipe_model.json"  # written last: its presence marks a complete model
 TOKENIZER = "tokenizer"
 TRAINING_LOG = "dvclive"  # the training curves, written through DVCLive (aclpipe.run_log)
+TRAINING_LOG_PARAMS = "params.yaml"  # DVCLive's copy of the run's params, inside dvclive/
+LEGACY_STEPS = "steps.jsonl"  # campaign runs recorded before DVCLive: the step log
+LEGACY_HISTORY = "history.json"  # ... and the per-epoch history
+
+# finetune: the resumable checkpoint (checkpoint_dir), beside the model folder while it trains
+CHECKPOINT_STATE = "state.json"
+CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
+CHECKPOINT_RNG = "rng.safetensors"
 
 # export-exits
 EXPORT = "export"
@@ -47,13 +65,28 @@ EXPORT_MODEL = "model"  # the self-contained model folder inside export/
 TASK_FILE = "aclpipe_task.json"  # task name and label names beside an exported model
 DEV_LOGITS = "dev_logits.npz"
 EXPORT_JSON = "export.json"
-EXPORT_TOKENIZER = "tokenizer.json"  # the fast tokenizer file, beside export.json
+EXPORT_TOKENIZER = "tokenizer.json"  # the fast tokenizer file, beside export.json (and in tokenizer/)
+EMBEDDINGS_ONNX = "embeddings.onnx"  # the first ONNX segment; the others are segment_file(end)
+INT8_SUFFIX = ".int8.onnx"  # quantize: segment_3.onnx -> segment_3.int8.onnx
 
 # evaluate
 METRICS = "metrics.json"
 PREDICTIONS = "predictions.npz"  # every exit's logits on every scored split, per example
 CURVES_JSON = "curves.json"
 CURVES_CSV = "curves.csv"
+
+# tradeoff: reports/<task>/
+TRADEOFF_MD = "tradeoff.md"
+TRADEOFF_CSV = "tradeoff.csv"
+TRADEOFF_CURVES_CSV = "tradeoff_curves.csv"
+EXIT_SCORES_CSV = "exit_scores.csv"
+TRADEOFF_PNG = "tradeoff_score_vs_time.png"
+EXIT_SCORES_PNG = "exit_scores.png"
+
+# angles: reports/<task>/angles/
+ANGLES = "angles"
+ANGLES_JSON = "angles.json"
+ANGLES_PNG = "angles.png"
 
 # sts-eval
 STS_REPORT = "sts_embeddings.json"  # under reports/stsb/
@@ -62,12 +95,14 @@ STS_REPORT = "sts_embeddings.json"  # under reports/stsb/
 RUN_RECORD = "run.json"
 RESULTS_MD = "results.md"  # reports/campaign/<task>/, with results.json and plots
 RESULTS_JSON = "results.json"
+TUNING_MD = "tuning.md"  # reports/campaign/<task>/, with tuning.json (campaign tune)
+TUNING_JSON = "tuning.json"
 REPORTS_README = "README.md"  # reports/ at the repository root, the campaign's overview
 RESULTS_EXITS_PNG = "results_exits.png"  # reports/campaign/<task>/: score per exit with 95% bands
 RESULTS_ANGLES_PNG = "results_angles.png"  # reports/campaign/<task>/: gradient-angle histograms
 RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/campaign/: score against cost, every task
 STACK_CHECK = "stack_check.json"  # campaign/: one run trained on two stacks, compared
-STACK_CHECK_SCRIPT = "campaign/stack_check.sh"  # trains that run on both, then stack-compare
+STACK_CHECK_SCRIPT = f"{CAMPAIGN}/stack_check.sh"  # trains that run on both, then stack-compare
 
 
 @dataclass(frozen=True)
@@ -76,43 +111,49 @@ class Layout:
 
     root: Path = Path(".")
 
-    def data(self, task: str) -> Path:
-        return self.root / "data" / task
+    def data(self, task: str | None = None) -> Path:
+        return self.root / DATA if task is None else self.root / DATA / task
+
+    def split(self, task: str, split: str) -> Path:
+        return split_file(self.data(task), split)
+
+    def models(self, task: str | None = None) -> Path:
+        return self.root / MODELS if task is None else self.root / MODELS / task
 
     def model(self, task: str, method: str) -> Path:
-        return self.root / "models" / task / method
+        return self.models(task) / method
 
     def export(self, task: str, method: str) -> Path:
         return self.model(task, method) / EXPORT
 
     def reports(self, task: str | None = None) -> Path:
-        return self.root / "reports" if task is None else self.root / "reports" / task
+        return self.root / REPORTS if task is None else self.root / REPORTS / task
 
     def report(self, task: str, method: str) -> Path:
         return self.reports(task) / method
 
     def angles(self, task: str) -> Path:
-        return self.reports(task) / "angles"
+        return self.reports(task) / ANGLES
 
     def sts_report(self) -> Path:
         return self.reports("stsb") / STS_REPORT
 
     # the seeds campaign (rooted at campaign/)
     def run(self, task: str, run: str, seed: int) -> Path:
-        return self.root / "runs" / task / f"{run}-s{seed}"
+        return self.runs(task) / f"{run}-s{seed}"
 
     def runs(self, task: str | None = None) -> Path:
-        return self.root / "runs" if task is None else self.root / "runs" / task
+        return self.root / RUNS if task is None else self.root / RUNS / task
 
     def scratch(self, task: str, run: str, seed: int) -> Path:
         """Where a campaign run trains before its scores are kept (weights are dropped)."""
         return self.model(task, f"{run}-s{seed}")
 
     def run_log(self, task: str, run: str, seed: int) -> Path:
-        return self.root / "models" / task / f"{run}-s{seed}.log"
+        return self.models(task) / f"{run}-s{seed}.log"
 
     def tune_runs(self, task: str) -> Path:
-        return self.root / "tune" / task
+        return self.root / TUNE / task
 
     def tune_run(self, task: str, config: str, seed: int) -> Path:
         """A configuration of the base-recipe grid (``aclpipe campaign tune``)."""
@@ -125,3 +166,14 @@ class Layout:
 def checkpoint_dir(model_dir: Path) -> Path:
     """The resumable checkpoint beside a model folder being trained."""
     return model_dir.parent / f".{model_dir.name}.checkpoint"
+
+
+def split_file(data_dir: Path, split: str) -> Path:
+    """One prepared split, one JSON object a line."""
+    return data_dir / f"{split}{SPLIT_SUFFIX}"
+
+
+def segment_file(end: int) -> str:
+    """The ONNX segment that runs the layers up to exit ``end`` (export-exits)."""
+    return f"segment_{end}.onnx"
+

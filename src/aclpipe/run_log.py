@@ -33,10 +33,8 @@ from pathlib import Path
 import yaml
 
 from aclpipe.errors import UserError
+from aclpipe.layout import LEGACY_HISTORY, LEGACY_STEPS, TRAINING_LOG_PARAMS
 from aclpipe.layout import TRAINING_LOG as LIVE_DIR
-
-LEGACY_STEPS = "steps.jsonl"  # campaign runs recorded before DVCLive
-LEGACY_HISTORY = "history.json"
 
 # Step record keys and their Python types when read back (DVCLive stores numbers only).
 _STEP_KEYS = {
@@ -105,7 +103,7 @@ def read_run_log(folder: Path) -> RunLog:
         raise UserError(
             f"no training log in {folder} (no {LIVE_DIR}/): train it with `aclpipe finetune`"
         )
-    run = yaml.safe_load((live / "params.yaml").read_text(encoding="utf-8"))
+    run = yaml.safe_load((live / TRAINING_LOG_PARAMS).read_text(encoding="utf-8"))
     steps: dict[int, dict] = {}
     for key, kind in _STEP_KEYS.items():
         path = live / "plots" / "metrics" / "train" / f"{key}.tsv"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from aclpipe.errors import UserError
-from aclpipe.layout import META
+from aclpipe.layout import META, split_file
 
 Row = TypeVar("Row")
 
@@ -27,7 +27,7 @@ def subsample(examples: list[Row], limit: int | None, seed: int) -> list[Row]:
 
 
 def load_split(data_dir: Path, split: str) -> list[dict]:
-    path = data_dir / f"{split}.jsonl"
+    path = split_file(data_dir, split)
     if not path.exists():
         raise UserError(f"{path} not found: run `aclpipe prepare --task {data_dir.name}` first")
     with open(path, encoding="utf-8") as f:

@@ -46,7 +46,14 @@ from aclpipe.early_exit.policies import NO_EXIT, POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
-from aclpipe.layout import EXPORT_JSON, EXPORT_MODEL, MODEL_CONFIG, TASK_FILE, TOKENIZER
+from aclpipe.layout import (
+    EXPORT_JSON,
+    EXPORT_MODEL,
+    EXPORT_TOKENIZER,
+    MODEL_CONFIG,
+    TASK_FILE,
+    TOKENIZER,
+)
 
 ENGINES = ("onnx", "torch")
 CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
@@ -152,7 +159,7 @@ class Predictor:
             self.run, self.exits = run, runtime.exits
             self.num_labels, self.regression = record["num_labels"], runtime.regression
             self.pad_id = int(record.get("pad_id", 0))
-            tokenizer_file = model / record.get("tokenizer", "tokenizer.json")
+            tokenizer_file = model / record.get("tokenizer", EXPORT_TOKENIZER)
             names = record.get("labels")
         else:
             if not (model_dir / MODEL_CONFIG).is_file():
@@ -168,7 +175,7 @@ class Predictor:
             self.num_labels, self.regression = engine_.num_labels, engine_.regression
             self.pad_id = engine_.pad_id
             folder = model_dir / TOKENIZER if (model_dir / TOKENIZER).is_dir() else model_dir
-            tokenizer_file = folder / "tokenizer.json"
+            tokenizer_file = folder / EXPORT_TOKENIZER
             names = saved_label_names(model_dir)
         names = task_labels if task_labels is not None else names
         if names and len(names) != self.num_labels:

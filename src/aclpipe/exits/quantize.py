@@ -28,8 +28,9 @@ from aclpipe.early_exit.tokens import pad
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import task_score
 from aclpipe.evaluation.scoring import by_length, exit_scores, setting_outcome
+from aclpipe.layout import INT8_SUFFIX
 
-SUFFIX = ".int8.onnx"
+SUFFIX = INT8_SUFFIX
 METHOD = (
     "onnxruntime.quantization.quantize_dynamic: MatMul/Gemm weights int8 per output channel, "
     "activations uint8 per batch; attention products, norms, softmax and embeddings float32"

@@ -33,10 +33,11 @@ import torch
 from torch import nn
 
 from aclpipe.errors import UserError
+from aclpipe.layout import EMBEDDINGS_ONNX, segment_file
 from aclpipe.modeling.layer_guard import check_layerwise
 from aclpipe.modeling.model import MultiExitModel
 
-EMBEDDINGS = "embeddings.onnx"
+EMBEDDINGS = EMBEDDINGS_ONNX
 # |onnx - torch| per tensor, at most this times max(1, max |torch|). Measured on the tiny
 # random BERT and on all-MiniLM-L6-v2 (SST-2 dev rows): about 1e-6 on logits and states.
 TOLERANCE = 1e-4
@@ -187,7 +188,7 @@ def write_segments(model: MultiExitModel, names: list[str], batches: list[dict],
                  {n: {0: batch_axis, 1: tokens} for n in example}, f"the embeddings ({what})", opset)  # fmt: skip
     files = []
     for i, segment in enumerate(segments):
-        files.append(f"segment_{segment.end}.onnx")
+        files.append(segment_file(segment.end))
         inputs = {"states": references[0][i][0], "attention_mask": example["attention_mask"]}
         dynamic = {
             "states": {1: batch_axis, 2: tokens},

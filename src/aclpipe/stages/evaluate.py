@@ -24,7 +24,7 @@ from aclpipe.evaluation.scoring import (
     split_labels,
 )
 from aclpipe.exits.sweep import check_engines, quality_sweep, sweep
-from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, PREDICTIONS, VALIDATION
+from aclpipe.layout import CURVES_CSV, CURVES_JSON, METRICS, PREDICTIONS, VALIDATION, split_file
 from aclpipe.modeling.model import load_multi_exit
 from aclpipe.run_log import has_run_log, read_run_log
 
@@ -32,7 +32,7 @@ from aclpipe.run_log import has_run_log, read_run_log
 def scored_splits(task: Task, data_dir: Path) -> list[str]:
     """The task's dev splits, then the validation split when ``prepare`` carved one."""
     dev = [name for name, _, _ in task.dev_splits]
-    return dev + ([VALIDATION] if (data_dir / f"{VALIDATION}.jsonl").exists() else [])
+    return dev + ([VALIDATION] if split_file(data_dir, VALIDATION).exists() else [])
 
 
 def gradient_rule_summary(steps: list[dict]) -> list[dict]:

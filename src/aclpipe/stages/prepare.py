@@ -17,7 +17,7 @@ from aclpipe.data.config import DataConfig
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task
-from aclpipe.layout import META, VALIDATION
+from aclpipe.layout import META, VALIDATION, split_file
 from aclpipe.modeling.backbone import load_tokenizer
 
 
@@ -119,7 +119,7 @@ def prepare(
     with atomic.atomic_dir(out_dir) as tmp:
         for split, examples in splits.items():
             rows = tokenize(examples, tokenizer, data.max_length)
-            with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            with open(split_file(tmp, split), "w", encoding="utf-8") as f:
                 for row in rows:
                     f.write(json.dumps(row) + "\n")
             lengths = [len(r["input_ids"]) for r in rows]

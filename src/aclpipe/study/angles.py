@@ -21,6 +21,7 @@ from aclpipe import atomic
 from aclpipe.config import Params
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
+from aclpipe.layout import ANGLES_JSON, ANGLES_PNG
 from aclpipe.run_log import read_run_log
 from aclpipe.stages.finetune import finetune
 
@@ -75,10 +76,10 @@ def run_angles(
             )
         result["methods"][method] = summarise(angles, altered)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out_dir / "angles.json", json.dumps(result, indent=2) + "\n")
-    draw_histograms(result, out_dir / "angles.png")
+    atomic.write_text(out_dir / ANGLES_JSON, json.dumps(result, indent=2) + "\n")
+    draw_histograms(result, out_dir / ANGLES_PNG)
     console.print(render_angles_table(result))
-    console.print(f"wrote {out_dir / 'angles.json'} and {out_dir / 'angles.png'}", highlight=False)
+    console.print(f"wrote {out_dir / ANGLES_JSON} and {out_dir / ANGLES_PNG}", highlight=False)
     return result
 
 

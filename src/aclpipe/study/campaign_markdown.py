@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from aclpipe.data.tasks import get_task
-from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_PNG
+from aclpipe.layout import (
+    CAMPAIGN,
+    RESULTS_ANGLES_PNG,
+    RESULTS_COST_PNG,
+    RESULTS_EXITS_PNG,
+    Layout,
+)
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.measures import ROUNDING
@@ -17,7 +23,7 @@ from aclpipe.study.measures import ROUNDING
 # folder: a campaign report rebuilt inside it made that stage stale at every recorded run).
 # The file names are layout's RESULTS_* (its comments still say reports/<task>/: layout.py
 # is a dependency of every stage, so its comments change with the next real change there).
-CAMPAIGN_REPORTS = "campaign"
+CAMPAIGN_REPORTS = CAMPAIGN
 
 
 def campaign_reports(reports: Path, task: str | None = None) -> Path:
@@ -392,7 +398,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
                 [
                     run,
                     str(s),
-                    f"campaign/runs/{task.name}/{run}-s{s}/",
+                    f"{Layout(Path(CAMPAIGN)).run(task.name, run, s).as_posix()}/",
                     f"`aclpipe campaign run --task {task.name} --run {run} --seed {s}`",
                 ]
                 for run, e in runs.items()

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from aclpipe.errors import UserError
-from aclpipe.layout import META
+from aclpipe.layout import DVC_YAML, META
 from aclpipe.study.campaign import Campaign, load_campaign, run_one, tune_one
 
 RUN, TUNE = "run", "tune"  # the two kinds of job: a campaign run, a configuration of the grid
@@ -126,11 +126,11 @@ def commit_command(campaign: Campaign, folders: list[Path], kind: str = RUN) -> 
     stages = []
     if kind == TUNE:
         tasks = sorted({folder.parent.name for folder in folders})
-        return "dvc commit -f " + " ".join(f"{campaign.root / 'dvc.yaml'}:tune@{t}" for t in tasks)
+        return "dvc commit -f " + " ".join(f"{campaign.root / DVC_YAML}:tune@{t}" for t in tasks)
     for folder in folders:
         run, seed = folder.name.rsplit("-s", 1)
         stage = "ablation" if run in campaign.ablations else "run"
-        stages.append(f"{campaign.root / 'dvc.yaml'}:{stage}@{seed}-{folder.parent.name}-{run}")
+        stages.append(f"{campaign.root / DVC_YAML}:{stage}@{seed}-{folder.parent.name}-{run}")
     return "dvc commit -f " + " ".join(sorted(stages))
 
 

@@ -26,6 +26,7 @@ from aclpipe.cli_options import (
     user_errors,
 )
 from aclpipe.data.tasks import get_task
+from aclpipe.layout import CAMPAIGN_PARAMS, PARAMS
 
 app = typer.Typer()  # its commands join the main app's (add_typer without a name)
 REPORTS, STS_REPORT = LAYOUT.reports(), LAYOUT.sts_report()  # defaults of --reports, --out
@@ -56,7 +57,7 @@ def tradeoff(
     task: TaskOpt = None,
     method: CompareOpt = None,
     methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
@@ -77,7 +78,7 @@ def angles(
     ] = "rte",
     method: AuxMethodOpt = None,
     methods: MethodsAlias = None,
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
 ) -> None:
     """Histogram of the angle between the CE and the contrastive gradient during fine-tuning.
@@ -95,7 +96,7 @@ def angles(
 @app.command("sts-eval")
 @user_errors
 def sts_eval(
-    params: ParamsOpt = Path("params.yaml"),
+    params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
     glue_dir: Annotated[
         Path | None,
@@ -154,7 +155,7 @@ ThreadsOpt = Annotated[
 @user_errors
 def campaign_prepare(
     task: RunTasksOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
     from aclpipe.study import campaign_commands as commands
@@ -168,7 +169,7 @@ def campaign_run(
     task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
     run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
     seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Train one run, score every exit and sweep the policies; writes
     campaign/runs/<task>/<run>-s<seed>/ (the weights are not kept)."""
@@ -186,7 +187,7 @@ def campaign_run_pending(
     task: RunTasksOpt = None,
     seed: RunSeedsOpt = None,
     threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
@@ -206,7 +207,7 @@ def campaign_tune(
     seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
     threads: ThreadsOpt = None,
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
     ] = REPORTS,
@@ -225,7 +226,7 @@ def campaign_tune(
 def campaign_stack_compare(
     first: Annotated[Path, typer.Argument(help="A finished run's folder, on one stack.")],
     second: Annotated[Path, typer.Argument(help="The same run's folder, on another stack.")],
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Compare one run trained on two library stacks, file by file (sha256); writes
     campaign/stack_check.json, which reports/README.md cites under its stacks
@@ -238,7 +239,7 @@ def campaign_stack_compare(
 @campaign_app.command("report")
 @user_errors
 def campaign_report(
-    campaign: CampaignOpt = Path("campaign/params.yaml"),
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
     ] = REPORTS,

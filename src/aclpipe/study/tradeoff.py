@@ -27,7 +27,17 @@ from rich.console import Console
 from aclpipe import atomic
 from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
-from aclpipe.layout import CURVES_JSON, METRICS
+from aclpipe.layout import (
+    CURVES_JSON,
+    EXIT_SCORES_CSV,
+    EXIT_SCORES_PNG,
+    METRICS,
+    REPORTS,
+    TRADEOFF_CSV,
+    TRADEOFF_CURVES_CSV,
+    TRADEOFF_MD,
+    TRADEOFF_PNG,
+)
 from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
 from aclpipe.study.tradeoff_tables import (
     markdown,
@@ -49,8 +59,8 @@ POINT_FIELDS = [
 ROW_FIELDS = ["method", "budget_points", "chosen_on", "min_score", "validation_score",
               "met_on_dev", *POINT_FIELDS]  # fmt: skip
 CURVE_FIELDS = ["method", *POINT_FIELDS]
-PLOTS = ("tradeoff_score_vs_time.png", "exit_scores.png")
-NAMES = ("tradeoff.md", "tradeoff.csv", "tradeoff_curves.csv", "exit_scores.csv", *PLOTS)
+PLOTS = (TRADEOFF_PNG, EXIT_SCORES_PNG)
+NAMES = (TRADEOFF_MD, TRADEOFF_CSV, TRADEOFF_CURVES_CSV, EXIT_SCORES_CSV, *PLOTS)
 
 
 def _read_json(path: Path) -> dict:
@@ -146,7 +156,7 @@ def exit_score_table(result: dict) -> dict[int, float]:
 
 def tradeoff(
     task: str,
-    reports_dir: Path = Path("reports"),
+    reports_dir: Path = Path(REPORTS),
     methods: list[str] | None = None,
     budgets: tuple[int, ...] = BUDGETS,
     console: Console | None = None,
@@ -201,16 +211,16 @@ def tradeoff(
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     timing = next((n for n in report["timing"].values() if n), None)
     texts = {
-        "tradeoff.md": markdown(report, summary, timing),
-        "tradeoff.csv": to_csv(ROW_FIELDS, report["rows"]),
-        "tradeoff_curves.csv": to_csv(
+        TRADEOFF_MD: markdown(report, summary, timing),
+        TRADEOFF_CSV: to_csv(ROW_FIELDS, report["rows"]),
+        TRADEOFF_CURVES_CSV: to_csv(
             CURVE_FIELDS, [{"method": m, **p} for m, pts in points.items() for p in pts]
         ),
-        "exit_scores.csv": to_csv(["method", "layer", "score"], [
+        EXIT_SCORES_CSV: to_csv(["method", "layer", "score"], [
             {"method": m, "layer": k, "score": s} for m, sc in exit_scores.items() for k, s in sc.items()
         ]),
     }  # fmt: skip
-    with atomic.atomic_files(task_dir, last="tradeoff.md") as tmp:  # one set, the table last
+    with atomic.atomic_files(task_dir, last=TRADEOFF_MD) as tmp:  # one set, the table last
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
         draw_score_vs_time(task, points, reference, tmp / PLOTS[0], majority)

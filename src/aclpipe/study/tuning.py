@@ -24,13 +24,20 @@ import yaml
 from aclpipe import atomic
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import METRICS, PREDICTIONS, RUN_RECORD, TRAINING_LOG, VALIDATION
+from aclpipe.layout import (
+    METRICS,
+    PREDICTIONS,
+    RUN_RECORD,
+    TRAINING_LOG,
+    TRAINING_LOG_PARAMS,
+    TUNING_JSON,
+    TUNING_MD,
+    VALIDATION,
+)
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_markdown import campaign_reports, p_value
 from aclpipe.study.measures import Measure
 from aclpipe.study.paired import check_same_examples, paired_bootstrap
-
-TUNING_MD, TUNING_JSON = "tuning.md", "tuning.json"
 
 
 def summarise(campaign: Campaign, task: str) -> dict:
@@ -118,7 +125,7 @@ def margin(campaign: Campaign, task: str, pick: dict, runner_up: dict) -> dict |
 def _forward(folder: Path) -> str:
     """How the run's encoder forward ran in training: ``padding-free`` or ``padded`` (runs from
     before ``train.padding_free`` existed log no such key and ran padded)."""
-    live = yaml.safe_load((folder / TRAINING_LOG / "params.yaml").read_text(encoding="utf-8"))
+    live = yaml.safe_load((folder / TRAINING_LOG / TRAINING_LOG_PARAMS).read_text(encoding="utf-8"))
     return "padding-free" if (live or {}).get("padding_free") else "padded"
 
 

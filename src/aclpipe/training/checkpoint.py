@@ -24,11 +24,12 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from aclpipe import atomic
 from aclpipe.errors import UserError
+from aclpipe.layout import CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_STATE, WEIGHTS
 
-STATE = "state.json"
-MODEL = "model.safetensors"
-OPTIMIZER = "optimizer.safetensors"
-RNG = "rng.safetensors"
+STATE = CHECKPOINT_STATE
+MODEL = WEIGHTS
+OPTIMIZER = CHECKPOINT_OPTIMIZER
+RNG = CHECKPOINT_RNG
 
 
 @dataclass
