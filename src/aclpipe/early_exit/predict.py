@@ -28,11 +28,9 @@ whitespace-only) line gets a record in its place with ``label``, ``probability``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -40,6 +38,7 @@ from typing import TextIO
 
 import numpy as np
 
+from aclpipe.atomic import atomic_path
 from aclpipe.early_exit.inputs import read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES
@@ -290,8 +289,9 @@ def _blank_record(text: str, names: list[str] | None) -> dict:
 def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:
     """Write one JSON object per line; return how many.
 
-    ``out`` is an open text stream (stdout) or a path. A path is written atomically: rows go
-    to a temporary file beside it, renamed into place only when every row is written.
+    ``out`` is an open text stream (stdout) or a path. A path is written atomically
+    (``atomic.atomic_path``): rows go to a temporary file beside it, renamed into place only
+    when every row is written, with the usual mode (0644 under umask 022).
     """
     if not isinstance(out, (str, Path)):
         count = 0
@@ -300,16 +300,7 @@ def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:
             count += 1
         out.flush()
         return count
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            count = write_jsonl(rows, f)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(Path(out)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        count = write_jsonl(rows, f)
+        os.fsync(f.fileno())
     return count
