@@ -137,3 +137,43 @@ def test_write_jsonl_to_stream_and_file(model_folder: Path, tmp_path: Path) -> N
     assert write_jsonl(predict_lines(model_folder, lines, "confidence", 0.9), out) == len(LINES)
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
     assert [p.name for p in out.parent.iterdir()] == ["predictions.jsonl"]
+
+
+def test_predict_file_reads_the_input_once(model_folder: Path, tmp_path: Path, monkeypatch):
+    """``aclpipe predict``'s body: one pass over the input, even with the progress bar shown
+    (on a terminal), output written in order and the summary on the console."""
+    import builtins
+
+    from rich.console import Console
+
+    from aclpipe.early_exit.predict import predict_file
+
+    source, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    source.write_text("".join(LINES), encoding="utf-8")
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    stderr = io.StringIO()
+    console = Console(file=stderr, force_terminal=True, width=80)
+    predictor = predict_file(model_folder, str(source), str(out), policy="confidence",
+                             threshold=0.9, console=console)  # fmt: skip
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert opened.count(str(source)) == 1
+    expected = list(predict_lines(model_folder, LINES, "confidence", 0.9))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == expected
+    assert predictor.summary() in stderr.getvalue().replace("\n", "")
+    assert predictor.count == len(TEXTS)
+
+
+def test_predict_file_checks_options_and_input_first(model_folder: Path, tmp_path: Path):
+    from aclpipe.early_exit.predict import predict_file
+
+    with pytest.raises(UserError, match="--threads must be >= 1"):
+        predict_file(model_folder, "-", threads=0)
+    with pytest.raises(UserError, match="not found"):  # before the model folder is read
+        predict_file(tmp_path / "no-model", str(tmp_path / "absent.txt"))

@@ -38,19 +38,36 @@ def input_format(source: str, fmt: str) -> str:
     return {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(suffix, "text")
 
 
-def read_lines(source: Path | str | None) -> Iterator[str]:
-    """Lines of a UTF-8 file, or of stdin for ``None`` or ``"-"``; a missing file is an error."""
-    if source is None or str(source) == "-":
-        return iter(sys.stdin)
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"input file {path} not found: give a text file, or - for stdin")
+class InputLines:
+    """The lines of a UTF-8 file (a byte-order mark dropped), or of stdin, read once as a
+    stream. ``size`` (the file's bytes; None for stdin) and ``position()`` (bytes read so far)
+    let a progress bar follow the one pass that predicts: the input is never read twice."""
 
-    def lines() -> Iterator[str]:
-        with open(path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
+    def __init__(self, source: Path | str | None) -> None:
+        self.path = None if source is None or str(source) == "-" else Path(source)
+        if self.path is not None and not self.path.is_file():
+            raise UserError(f"input file {self.path} not found: give a text file, or - for stdin")
+        self.size = self.path.stat().st_size if self.path is not None else None
+        self._file = None
+
+    def __iter__(self) -> Iterator[str]:
+        if self.path is None:
+            yield from sys.stdin
+            return
+        with open(self.path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
+            self._file = f
             yield from f
 
-    return lines()
+    def position(self) -> int:
+        """Bytes read so far (the reader's buffer ahead of the lines handed out: up to 8 KB)."""
+        if self._file is None:
+            return 0
+        return self.size or 0 if self._file.closed else self._file.buffer.tell()
+
+
+def read_lines(source: Path | str | None) -> InputLines:
+    """Lines of a UTF-8 file, or of stdin for ``None`` or ``"-"``; a missing file is an error."""
+    return InputLines(source)
 
 
 def records(lines: Iterator[str] | list[str], fmt: str) -> Iterator[Record]:

@@ -42,6 +42,11 @@ def read_export(folder: Path) -> dict:
         raise UserError(
             f"{path} is missing or damaged ({type(err).__name__}): run `aclpipe export-exits` again"
         ) from err
+    return check_export(record, folder)
+
+
+def check_export(record: dict, folder: Path) -> dict:
+    """``record`` (an ``export.json`` already read), unless it holds no segments."""
     if not record.get("segments"):
         raise UserError(
             f"{folder} holds no ONNX segments (an export from an older aclpipe): run "
@@ -118,7 +123,7 @@ class OnnxEarlyExit:
         precision: str = "fp32",
         record: dict | None = None,
     ) -> None:
-        record = record or read_export(folder)
+        record = read_export(folder) if record is None else check_export(record, folder)
         self.exits: list[int] = list(record["exits"])
         self.num_labels = int(record["num_labels"])
         self.regression = bool(record.get("regression", self.num_labels == 1))

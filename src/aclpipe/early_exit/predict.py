@@ -39,7 +39,7 @@ from typing import TextIO
 import numpy as np
 
 from aclpipe.atomic import atomic_path
-from aclpipe.early_exit.inputs import read_lines, records
+from aclpipe.early_exit.inputs import input_format, read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
@@ -50,7 +50,7 @@ from aclpipe.layout import EXPORT_JSON, EXPORT_MODEL, MODEL_CONFIG, TASK_FILE, T
 ENGINES = ("onnx", "torch")
 CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
 
-__all__ = ["Predictor", "predict_lines", "read_lines", "write_jsonl"]
+__all__ = ["Predictor", "predict_file", "predict_lines", "read_lines", "write_jsonl"]
 
 
 def saved_label_names(model_dir: Path) -> list[str] | None:
@@ -116,18 +116,19 @@ class Predictor:
             raise UserError(
                 f"batch size {batch_size} and max length {max_length} must be >= 1 and 2"
             )
-        record = _export_record(model)
-        check_precision(precision, record, model)
+        record = _export_record(model)  # export.json, read once; None for a model folder
         if engine is None:
             engine = "onnx" if record and record.get("segments") else "torch"
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}: use onnx or torch")
         self.policy, self.threshold, self.setting_source = choose_setting(policy, threshold, record)
-        if precision != "fp32" and engine != "onnx":
-            raise UserError(
-                f"--precision {precision} runs on the onnx engine only: drop --engine torch, or "
-                "use --precision fp32"
-            )
+        if engine == "torch":  # the onnx engine checks the precision as it picks its segments
+            check_precision(precision, record, model)
+            if precision != "fp32":
+                raise UserError(
+                    f"--precision {precision} runs on the onnx engine only: drop --engine "
+                    "torch, or use --precision fp32"
+                )
         self.engine_name, self.batch_size = engine, batch_size
         if precision != "fp32":
             self.engine_name = f"{engine} {precision}"
@@ -142,7 +143,7 @@ class Predictor:
             from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
             runtime = OnnxEarlyExit(model, self.policy, self.threshold, threads=threads,
-                                    precision=precision)  # fmt: skip
+                                    precision=precision, record=record)  # fmt: skip
 
             def run(arrays: dict) -> tuple[np.ndarray, np.ndarray]:
                 result = runtime(**arrays)
@@ -242,6 +243,52 @@ class Predictor:
             f"mean exit layer {mean:.2f} of {self.exits[-1]}; engine {self.engine_name}, "
             f"policy {setting} ({self.setting_source})"
         )
+
+
+def predict_file(
+    model: Path,
+    source: str = "-",
+    output: str = "-",
+    *,
+    policy: str | None = None,
+    threshold: float | None = None,
+    engine: str | None = None,
+    fmt: str = "auto",
+    batch_size: int = 32,
+    max_length: int = 128,
+    threads: int | None = None,
+    precision: str = "fp32",
+    console=None,  # a rich Console for stderr: the progress bar (on a terminal) and summary
+) -> Predictor:
+    """``aclpipe predict``: read ``source`` (a file, or ``-`` for stdin) once, write one JSON
+    line per record to ``output`` (a file, written atomically, or ``-`` for stdout). On a
+    terminal a progress bar follows the bytes read, so the input is not counted beforehand;
+    the summary line goes to ``console`` at the end. Returns the ``Predictor``."""
+    if batch_size < 1 or max_length < 2 or (threads is not None and threads < 1):
+        raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
+    fmt = input_format(source, fmt)
+    lines = read_lines(source)  # a missing input fails before the model loads
+    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length,
+                          threads=threads, precision=precision)  # fmt: skip
+    rows = predictor.records(lines, fmt)
+    out = sys.stdout if output == "-" else Path(output)
+    if console is not None and console.is_terminal and lines.size:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("predict", total=lines.size)
+
+            def advancing(rows: Iterable[dict]) -> Iterator[dict]:
+                for row in rows:
+                    progress.update(bar, completed=lines.position())
+                    yield row
+
+            write_jsonl(advancing(rows), out)
+    else:
+        write_jsonl(rows, out)
+    if console is not None:
+        console.print(predictor.summary(), highlight=False, soft_wrap=True)
+    return predictor
 
 
 def predict_lines(
