@@ -105,6 +105,17 @@ def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
     return arrange
 
 
+def predict_bytes(data: bytes, *options: str) -> Arrange:
+    """predict with the trained ce model on a file holding ``data`` as it is, into out.jsonl."""
+
+    def arrange(work: Path) -> list[str]:
+        (work / "in.txt").write_bytes(data)
+        model = ["--model", "models/sst2/ce"]
+        return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", *options]
+
+    return arrange
+
+
 def policy(name: str, threshold: str | None = None) -> Arrange:
     """predict one sentence with exit policy ``name`` (and ``threshold``)."""
     return predict("good .\n", "--policy", name, *(("--threshold", threshold) if threshold else ()))
@@ -303,6 +314,15 @@ CASES: list[Case] = [
     Case("predict-unknown-precision", "a precision that does not exist",
          r"unknown precision 'fp16': use fp32 or int8",
          predict("good .\n", "--precision", "fp16")),
+    Case("predict-not-utf8", "an input file in Latin-1, not UTF-8",
+         r"in\.txt line 2 is not UTF-8 text \(byte 0xe9 at column 4\): convert it, e\.g\. "
+         r"`iconv -f latin1 -t utf-8 in\.txt > fixed\.txt` for a Latin-1 file, and give that; a "
+         r"binary file will not do",
+         predict_bytes(b"good .\ncaf\xe9 au lait\n")),
+    Case("predict-binary-file", "a binary file given as input",
+         r"in\.txt line 1 holds a NUL byte, so it is a binary file, not text: give a UTF-8 text, "
+         r"TSV or JSONL file",
+         predict_bytes(b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00\xff\xfe")),
     Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",

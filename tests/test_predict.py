@@ -177,3 +177,24 @@ def test_predict_file_checks_options_and_input_first(model_folder: Path, tmp_pat
         predict_file(model_folder, "-", threads=0)
     with pytest.raises(UserError, match="not found"):  # before the model folder is read
         predict_file(tmp_path / "no-model", str(tmp_path / "absent.txt"))
+
+
+def test_bytes_that_are_not_utf8_text_are_named_by_line(tmp_path: Path, monkeypatch) -> None:
+    """A Latin-1 byte or a NUL (a binary file): one error naming the file (or stdin), the line
+    and the fix, from a file and from stdin; UTF-8 with a byte-order mark reads as before."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"good\ncaf\xe9\n")
+    with pytest.raises(
+        UserError, match=r"in\.txt line 2 is not UTF-8 text \(byte 0xe9 at column 4\)"
+    ):
+        list(read_lines(source))
+    source.write_bytes(b"good\nbad\n\x00\x01\x02")
+    with pytest.raises(UserError, match=r"in\.txt line 3 holds a NUL byte, so it is a binary file"):
+        list(read_lines(source))
+    source.write_bytes("\ufeffcafé\n".encode())
+    assert list(read_lines(source)) == ["café\n"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xff\n"), encoding="utf-8"))
+    with pytest.raises(
+        UserError, match=r"stdin line 2 is not UTF-8 text \(byte 0xff at column 1\)"
+    ):
+        list(read_lines("-"))

@@ -16,8 +16,9 @@ text (``None``): ``predict`` answers it in its place. Each record is ``(text, pa
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from aclpipe.errors import UserError
@@ -52,17 +53,45 @@ class InputLines:
 
     def __iter__(self) -> Iterator[str]:
         if self.path is None:
-            yield from sys.stdin
+            if hasattr(sys.stdin, "reconfigure"):  # a bad byte is checked below, per line
+                sys.stdin.reconfigure(errors="surrogateescape")
+            yield from _checked(sys.stdin, "stdin")
             return
-        with open(self.path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
+        # -sig: drop a byte-order mark; surrogateescape: a byte that is not UTF-8 arrives as a
+        # lone surrogate, so the error can name its line (strict decoding fails per 8 KB block)
+        with open(self.path, encoding="utf-8-sig", errors="surrogateescape") as f:
             self._file = f
-            yield from f
+            yield from _checked(f, str(self.path))
 
     def position(self) -> int:
         """Bytes read so far (the reader's buffer ahead of the lines handed out: up to 8 KB)."""
         if self._file is None:
             return 0
         return self.size or 0 if self._file.closed else self._file.buffer.tell()
+
+
+_NOT_TEXT = re.compile("[\x00\udc80-\udcff]")  # a NUL byte, or a byte UTF-8 could not decode
+
+
+def _checked(lines: Iterable[str], name: str) -> Iterator[str]:
+    """``lines``, with a one-line error at the first that holds a byte that is not UTF-8 text,
+    or a NUL byte (a binary file)."""
+    for number, line in enumerate(lines, start=1):
+        bad = _NOT_TEXT.search(line)
+        if bad is None:
+            yield line
+            continue
+        if bad.group() == "\x00":
+            raise UserError(
+                f"{name} line {number} holds a NUL byte, so it is a binary file, not text: give "
+                "a UTF-8 text, TSV or JSONL file"
+            )
+        source = name if name != "stdin" else "FILE"
+        raise UserError(
+            f"{name} line {number} is not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02x} at "
+            f"column {bad.start() + 1}): convert it, e.g. `iconv -f latin1 -t utf-8 {source} > "
+            "fixed.txt` for a Latin-1 file, and give that; a binary file will not do"
+        )
 
 
 def read_lines(source: Path | str | None) -> InputLines:
