@@ -8,6 +8,7 @@ docs/bad_inputs.md shows each case as the user sees it, with the fix.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -112,6 +113,21 @@ def predict_bytes(data: bytes, *options: str) -> Arrange:
         (work / "in.txt").write_bytes(data)
         model = ["--model", "models/sst2/ce"]
         return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", *options]
+
+    return arrange
+
+
+def predict_tsv(text: str, task: str) -> Arrange:
+    """predict on in.tsv holding ``text`` with a copy of the ce model that says it was trained
+    on ``task`` (``aclpipe_task.json``, as an export's model/ folder carries it)."""
+
+    def arrange(work: Path) -> list[str]:
+        served = work / "served"
+        shutil.copytree(work / "models" / "sst2" / "ce", served)
+        record = {"task": task, "labels": ["0", "1"]}
+        (served / "aclpipe_task.json").write_text(json.dumps(record), encoding="utf-8")
+        (work / "in.tsv").write_text(text, encoding="utf-8")
+        return ["predict", "--model", "served", "--input", "in.tsv", "--output", "out.jsonl"]
 
     return arrange
 
@@ -323,6 +339,15 @@ CASES: list[Case] = [
          r"in\.txt line 1 holds a NUL byte, so it is a binary file, not text: give a UTF-8 text, "
          r"TSV or JSONL file",
          predict_bytes(b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00\xff\xfe")),
+    Case("predict-tsv-pair-to-one-text-model", "a TSV of sentence pairs given to a one-text (SST-2) model",
+         r"the TSV header \(sentence1 \| sentence2\) names two texts, but this model \(sst2\) reads "
+         r"one: keep one text column \(sentence\), or give a model of a sentence-pair task",
+         predict_tsv("sentence1\tsentence2\na man plays .\ta man plays music .\n", "sst2")),
+    Case("predict-tsv-one-text-to-pair-model", "a TSV of single sentences given to a pair (MRPC) model",
+         r"the TSV header \(sentence \| label\) names one text, but this model \(mrpc\) reads "
+         r"sentence pairs: name the two text columns sentence1 and sentence2, or give a model of a "
+         r"one-text task",
+         predict_tsv("sentence\tlabel\ngood .\t1\n", "mrpc")),
     Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",

@@ -198,3 +198,24 @@ def test_bytes_that_are_not_utf8_text_are_named_by_line(tmp_path: Path, monkeypa
         UserError, match=r"stdin line 2 is not UTF-8 text \(byte 0xff at column 1\)"
     ):
         list(read_lines("-"))
+
+
+def test_tsv_texts_must_match_the_model(model_folder: Path, tmp_path: Path) -> None:
+    """A TSV naming two texts for a one-text model (and one for a pair model) is refused at its
+    header; a model that does not carry its task (a training folder) is not checked."""
+    from aclpipe.early_exit.inputs import records
+
+    pairs = ["sentence1\tsentence2\n", "a man\ta person\n"]
+    single = ["sentence\tlabel\n", "good\t1\n"]
+    assert list(records(pairs, "tsv", 2, "mrpc")) == [("a man\ta person", ("a man", "a person"))]
+    assert list(records(single, "tsv", 1, "sst2")) == [("good", ("good", None))]
+    assert len(list(records(pairs, "tsv", None, None))) == 1
+    with pytest.raises(UserError, match=r"\(sentence1 \| sentence2\) names two texts, but this "
+                       r"model \(sst2\) reads one"):  # fmt: skip
+        list(records(pairs, "tsv", 1, "sst2"))
+    with pytest.raises(UserError, match=r"names one text, but this model \(rte\) reads sentence"):
+        list(records(single, "tsv", 2, "rte"))
+    source = tmp_path / "in.tsv"
+    source.write_text("".join(pairs), encoding="utf-8")
+    with pytest.raises(UserError, match=r"this model \(sst2\) reads one"):  # the saved task
+        list(predict_lines(model_folder, read_lines(source), "entropy", 0.3, fmt="tsv"))

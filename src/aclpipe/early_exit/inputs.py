@@ -99,10 +99,19 @@ def read_lines(source: Path | str | None) -> InputLines:
     return InputLines(source)
 
 
-def records(lines: Iterator[str] | list[str], fmt: str) -> Iterator[Record]:
-    """``(text, pair)`` per input record (module docstring), in input order."""
+def records(
+    lines: Iterable[str], fmt: str, texts: int | None = None, task: str | None = None
+) -> Iterator[Record]:
+    """``(text, pair)`` per input record (module docstring), in input order. ``texts``: how
+    many texts the model of ``task`` reads (1, or 2 for pairs; None: not known); a TSV header
+    naming another number is refused."""
     lines = iter(lines)
-    columns = _header(next(lines, ""), fmt) if fmt == "tsv" else None
+    columns = None
+    if fmt == "tsv":
+        header = next(lines, "")
+        columns = _header(header, fmt)
+        if texts is not None:
+            _check_texts(header, columns, texts, task)
     first_number = 2 if fmt == "tsv" else 1
     for number, line in enumerate(lines, start=first_number):
         text = line.rstrip("\r\n")
@@ -135,6 +144,24 @@ def _header(line: str, fmt: str) -> tuple[int, int | None, int]:
             f"columns {FIRST[0]} (and {SECOND[1]} for pairs), or text_a and text_b"
         )
     return a, b, len(names)
+
+
+def _check_texts(header: str, columns: tuple, texts: int, task: str | None) -> None:
+    """A one-line error unless the header names as many texts as the model reads."""
+    given = 1 if columns[1] is None else 2
+    if given == texts:
+        return
+    shown = " | ".join(n.strip() for n in header.rstrip("\r\n").split("\t"))
+    if given == 2:
+        raise UserError(
+            f"the TSV header ({shown}) names two texts, but this model ({task}) reads one: keep "
+            f"one text column ({FIRST[0]}), or give a model of a sentence-pair task"
+        )
+    raise UserError(
+        f"the TSV header ({shown}) names one text, but this model ({task}) reads sentence "
+        f"pairs: name the two text columns {FIRST[3]} and {SECOND[1]}, or give a model of a "
+        "one-text task"
+    )
 
 
 def _tsv_record(text: str, number: int, columns) -> Record:

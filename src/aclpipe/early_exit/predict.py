@@ -39,6 +39,7 @@ from typing import TextIO
 import numpy as np
 
 from aclpipe.atomic import atomic_path
+from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.inputs import input_format, read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES
@@ -53,18 +54,30 @@ CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
 __all__ = ["Predictor", "predict_file", "predict_lines", "read_lines", "write_jsonl"]
 
 
-def saved_label_names(model_dir: Path) -> list[str] | None:
-    """Label names written next to an exported model (``aclpipe_task.json``), if any."""
+def saved_task(model_dir: Path) -> dict | None:
+    """The task name and label names written next to an exported model (``aclpipe_task.json``),
+    if any (a training folder has none)."""
     path = model_dir / TASK_FILE
     if not path.exists():
         return None
     try:
-        labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return {"task": record.get("task"), "labels": [str(name) for name in record["labels"]]}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
         raise UserError(
             f"{path} is damaged ({type(err).__name__}): export the model again"
         ) from err
-    return [str(name) for name in labels] or None
+
+
+def saved_label_names(model_dir: Path) -> list[str] | None:
+    """Label names written next to an exported model (``aclpipe_task.json``), if any."""
+    return (saved_task(model_dir) or {}).get("labels") or None
+
+
+def texts_read(task: str | None) -> int | None:
+    """How many texts a model of ``task`` reads per input (1, or 2 for a pair task); None when
+    the task is not known."""
+    return len(TASKS[task].text_columns) if task in TASKS else None
 
 
 def _export_record(folder: Path) -> dict | None:
@@ -153,7 +166,7 @@ class Predictor:
             self.num_labels, self.regression = record["num_labels"], runtime.regression
             self.pad_id = int(record.get("pad_id", 0))
             tokenizer_file = model / record.get("tokenizer", "tokenizer.json")
-            names = record.get("labels")
+            names, self.task = record.get("labels"), record.get("task")
         else:
             if not (model_dir / MODEL_CONFIG).is_file():
                 raise UserError(
@@ -169,7 +182,8 @@ class Predictor:
             self.pad_id = engine_.pad_id
             folder = model_dir / TOKENIZER if (model_dir / TOKENIZER).is_dir() else model_dir
             tokenizer_file = folder / "tokenizer.json"
-            names = saved_label_names(model_dir)
+            saved = saved_task(model_dir) or {}
+            names, self.task = saved.get("labels") or None, saved.get("task")
         names = task_labels if task_labels is not None else names
         if names and len(names) != self.num_labels:
             raise UserError(
@@ -184,7 +198,8 @@ class Predictor:
         """One output record per input record, in input order (module docstring)."""
         chunk: list = []
         blank: list[int] = []
-        for number, (text, pair) in enumerate(records(lines, fmt), start=1):
+        texts = texts_read(self.task)
+        for number, (text, pair) in enumerate(records(lines, fmt, texts, self.task), start=1):
             if pair is None or not any((p or "").strip() for p in pair):
                 blank.append(number)
                 pair = None
