@@ -132,6 +132,19 @@ def predict_tsv(text: str, task: str) -> Arrange:
     return arrange
 
 
+def int8_files_missing(work: Path) -> list[str]:
+    """An export made with --int8 whose int8 segments did not come along (copied without
+    them): export.json lists files that are not there."""
+    result = invoke("export-exits", "--task", "sst2", "--method", "ce", "--int8")
+    assert result.exit_code == 0, result.output
+    export = work / "models" / "sst2" / "ce" / "export"
+    for path in export.glob("*.int8.onnx"):
+        path.unlink()
+    (work / "in.txt").write_text("good .\n", encoding="utf-8")
+    model = ["--model", str(export.relative_to(work))]
+    return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", "--precision", "int8"]
+
+
 def policy(name: str, threshold: str | None = None) -> Arrange:
     """predict one sentence with exit policy ``name`` (and ``threshold``)."""
     return predict("good .\n", "--policy", name, *(("--threshold", threshold) if threshold else ()))
@@ -327,6 +340,11 @@ CASES: list[Case] = [
          r"writes models/<task>/<method>/export\); models/sst2/ce has none: export with --int8 and "
          r"give that folder, or use --precision fp32",
          predict("good .\n", "--precision", "int8")),
+    Case("predict-int8-segments-missing", "--precision int8 on an export whose int8 files are gone",
+         r"the export in models/sst2/ce/export has no int8 segments \(segment_3\.int8\.onnx is "
+         r"missing, though export\.json lists it\): make them with `aclpipe export-exits --task "
+         r"sst2 --method <method> --int8`, or use --precision fp32",
+         int8_files_missing),
     Case("predict-unknown-precision", "a precision that does not exist",
          r"unknown precision 'fp16': use fp32 or int8",
          predict("good .\n", "--precision", "fp16")),

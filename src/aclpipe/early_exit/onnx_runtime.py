@@ -110,6 +110,24 @@ def segment_files(record: dict, precision: str, folder: Path) -> list[str]:
     return list(record["int8"]["segments"])
 
 
+def check_files(folder: Path, files: list[str], precision: str, record: dict) -> None:
+    """A one-line ``UserError`` for the first graph ``export.json`` lists that is not in
+    ``folder`` (ONNX Runtime would say NO_SUCHFILE)."""
+    missing = next((f for f in files if not (folder / f).is_file()), None)
+    if missing is None:
+        return
+    if precision == "int8" and missing in record["int8"]["segments"]:
+        raise UserError(
+            f"the export in {folder} has no int8 segments ({missing} is missing, though "
+            f"export.json lists it): make them with `aclpipe export-exits --task "
+            f"{record.get('task', '<task>')} --method <method> --int8`, or use --precision fp32"
+        )
+    raise UserError(
+        f"{folder / missing} is missing, though export.json lists it: run `aclpipe export-exits` "
+        "again"
+    )
+
+
 class OnnxEarlyExit:
     """Batched early exit over the exported segments with a per-sample policy."""
 
@@ -130,6 +148,7 @@ class OnnxEarlyExit:
         self.eps = eps
         self._use(policy, threshold)
         files = [record["embeddings"]["file"], *segment_files(record, precision, folder)]
+        check_files(folder, files, precision, record)
         try:
             sessions = [open_session(folder / f, threads) for f in files]
         except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
