@@ -183,8 +183,9 @@ def test_formats_sorting_and_defaults(export_dir: Path, tmp_path: Path) -> None:
     pairs_jsonl = [json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in PAIRS]
     pairs_text = [f"{a}\t{b}" for a, b in PAIRS]
     expected = list(predict_lines(export_dir, pairs_text))
-    assert list(predict_lines(export_dir, pairs_tsv, fmt="tsv")) == expected
     assert list(predict_lines(export_dir, pairs_jsonl, fmt="jsonl")) == expected
+    with pytest.raises(UserError, match=r"names two texts, but this model \(sst2\) reads one"):
+        list(predict_lines(export_dir, pairs_tsv, fmt="tsv"))  # a pair TSV, an SST-2 export
 
 
 @pytest.mark.slow

@@ -69,11 +69,6 @@ def saved_task(model_dir: Path) -> dict | None:
         ) from err
 
 
-def saved_label_names(model_dir: Path) -> list[str] | None:
-    """Label names written next to an exported model (``aclpipe_task.json``), if any."""
-    return (saved_task(model_dir) or {}).get("labels") or None
-
-
 def texts_read(task: str | None) -> int | None:
     """How many texts a model of ``task`` reads per input (1, or 2 for a pair task); None when
     the task is not known."""
