@@ -8,6 +8,7 @@ docs/bad_inputs.md shows each case as the user sees it, with the fix.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -106,6 +107,45 @@ def spoil_model(file: str, spoil: Callable[[bytes], bytes]) -> Arrange:
         return ["evaluate", "--task", "sst2", "--method", "ce"]
 
     return arrange
+
+
+def predict_bytes(data: bytes, *options: str) -> Arrange:
+    """predict with the trained ce model on a file holding ``data`` as it is, into out.jsonl."""
+
+    def arrange(work: Path) -> list[str]:
+        (work / "in.txt").write_bytes(data)
+        model = ["--model", "models/sst2/ce"]
+        return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", *options]
+
+    return arrange
+
+
+def predict_tsv(text: str, task: str) -> Arrange:
+    """predict on in.tsv holding ``text`` with a copy of the ce model that says it was trained
+    on ``task`` (``aclpipe_task.json``, as an export's model/ folder carries it)."""
+
+    def arrange(work: Path) -> list[str]:
+        served = work / "served"
+        shutil.copytree(work / "models" / "sst2" / "ce", served)
+        record = {"task": task, "labels": ["0", "1"]}
+        (served / "aclpipe_task.json").write_text(json.dumps(record), encoding="utf-8")
+        (work / "in.tsv").write_text(text, encoding="utf-8")
+        return ["predict", "--model", "served", "--input", "in.tsv", "--output", "out.jsonl"]
+
+    return arrange
+
+
+def int8_files_missing(work: Path) -> list[str]:
+    """An export made with --int8 whose int8 segments did not come along (copied without
+    them): export.json lists files that are not there."""
+    result = invoke("export-exits", "--task", "sst2", "--method", "ce", "--int8")
+    assert result.exit_code == 0, result.output
+    export = work / "models" / "sst2" / "ce" / "export"
+    for path in export.glob("*.int8.onnx"):
+        path.unlink()
+    (work / "in.txt").write_text("good .\n", encoding="utf-8")
+    model = ["--model", str(export.relative_to(work))]
+    return ["predict", *model, "--input", "in.txt", "--output", "out.jsonl", "--precision", "int8"]
 
 
 def policy(name: str, threshold: str | None = None) -> Arrange:
@@ -303,9 +343,32 @@ CASES: list[Case] = [
          r"writes models/<task>/<method>/export\); models/sst2/ce has none: export with --int8 and "
          r"give that folder, or use --precision fp32",
          predict("good .\n", "--precision", "int8")),
+    Case("predict-int8-segments-missing", "--precision int8 on an export whose int8 files are gone",
+         r"the export in models/sst2/ce/export has no int8 segments \(segment_3\.int8\.onnx is "
+         r"missing, though export\.json lists it\): make them with `aclpipe export-exits --task "
+         r"sst2 --method <method> --int8`, or use --precision fp32",
+         int8_files_missing),
     Case("predict-unknown-precision", "a precision that does not exist",
          r"unknown precision 'fp16': use fp32 or int8",
          predict("good .\n", "--precision", "fp16")),
+    Case("predict-not-utf8", "an input file in Latin-1, not UTF-8",
+         r"in\.txt line 2 is not UTF-8 text \(byte 0xe9 at column 4\): convert it, e\.g\. "
+         r"`iconv -f latin1 -t utf-8 in\.txt > fixed\.txt` for a Latin-1 file, and give that; a "
+         r"binary file will not do",
+         predict_bytes(b"good .\ncaf\xe9 au lait\n")),
+    Case("predict-binary-file", "a binary file given as input",
+         r"in\.txt line 1 holds a NUL byte, so it is a binary file, not text: give a UTF-8 text, "
+         r"TSV or JSONL file",
+         predict_bytes(b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00\xff\xfe")),
+    Case("predict-tsv-pair-to-one-text-model", "a TSV of sentence pairs given to a one-text (SST-2) model",
+         r"the TSV header \(sentence1 \| sentence2\) names two texts, but this model \(sst2\) reads "
+         r"one: keep one text column \(sentence\), or give a model of a sentence-pair task",
+         predict_tsv("sentence1\tsentence2\na man plays .\ta man plays music .\n", "sst2")),
+    Case("predict-tsv-one-text-to-pair-model", "a TSV of single sentences given to a pair (MRPC) model",
+         r"the TSV header \(sentence \| label\) names one text, but this model \(mrpc\) reads "
+         r"sentence pairs: name the two text columns sentence1 and sentence2, or give a model of a "
+         r"one-text task",
+         predict_tsv("sentence\tlabel\ngood .\t1\n", "mrpc")),
     Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",

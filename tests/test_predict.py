@@ -137,3 +137,85 @@ def test_write_jsonl_to_stream_and_file(model_folder: Path, tmp_path: Path) -> N
     assert write_jsonl(predict_lines(model_folder, lines, "confidence", 0.9), out) == len(LINES)
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
     assert [p.name for p in out.parent.iterdir()] == ["predictions.jsonl"]
+
+
+def test_predict_file_reads_the_input_once(model_folder: Path, tmp_path: Path, monkeypatch):
+    """``aclpipe predict``'s body: one pass over the input, even with the progress bar shown
+    (on a terminal), output written in order and the summary on the console."""
+    import builtins
+
+    from rich.console import Console
+
+    from aclpipe.early_exit.predict import predict_file
+
+    source, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    source.write_text("".join(LINES), encoding="utf-8")
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    stderr = io.StringIO()
+    console = Console(file=stderr, force_terminal=True, width=80)
+    predictor = predict_file(model_folder, str(source), str(out), policy="confidence",
+                             threshold=0.9, console=console)  # fmt: skip
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert opened.count(str(source)) == 1
+    expected = list(predict_lines(model_folder, LINES, "confidence", 0.9))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == expected
+    assert predictor.summary() in stderr.getvalue().replace("\n", "")
+    assert predictor.count == len(TEXTS)
+
+
+def test_predict_file_checks_options_and_input_first(model_folder: Path, tmp_path: Path):
+    from aclpipe.early_exit.predict import predict_file
+
+    with pytest.raises(UserError, match="--threads must be >= 1"):
+        predict_file(model_folder, "-", threads=0)
+    with pytest.raises(UserError, match="not found"):  # before the model folder is read
+        predict_file(tmp_path / "no-model", str(tmp_path / "absent.txt"))
+
+
+def test_bytes_that_are_not_utf8_text_are_named_by_line(tmp_path: Path, monkeypatch) -> None:
+    """A Latin-1 byte or a NUL (a binary file): one error naming the file (or stdin), the line
+    and the fix, from a file and from stdin; UTF-8 with a byte-order mark reads as before."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"good\ncaf\xe9\n")
+    with pytest.raises(
+        UserError, match=r"in\.txt line 2 is not UTF-8 text \(byte 0xe9 at column 4\)"
+    ):
+        list(read_lines(source))
+    source.write_bytes(b"good\nbad\n\x00\x01\x02")
+    with pytest.raises(UserError, match=r"in\.txt line 3 holds a NUL byte, so it is a binary file"):
+        list(read_lines(source))
+    source.write_bytes("\ufeffcafé\n".encode())
+    assert list(read_lines(source)) == ["café\n"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xff\n"), encoding="utf-8"))
+    with pytest.raises(
+        UserError, match=r"stdin line 2 is not UTF-8 text \(byte 0xff at column 1\)"
+    ):
+        list(read_lines("-"))
+
+
+def test_tsv_texts_must_match_the_model(model_folder: Path, tmp_path: Path) -> None:
+    """A TSV naming two texts for a one-text model (and one for a pair model) is refused at its
+    header; a model that does not carry its task (a training folder) is not checked."""
+    from aclpipe.early_exit.inputs import records
+
+    pairs = ["sentence1\tsentence2\n", "a man\ta person\n"]
+    single = ["sentence\tlabel\n", "good\t1\n"]
+    assert list(records(pairs, "tsv", 2, "mrpc")) == [("a man\ta person", ("a man", "a person"))]
+    assert list(records(single, "tsv", 1, "sst2")) == [("good", ("good", None))]
+    assert len(list(records(pairs, "tsv", None, None))) == 1
+    with pytest.raises(UserError, match=r"\(sentence1 \| sentence2\) names two texts, but this "
+                       r"model \(sst2\) reads one"):  # fmt: skip
+        list(records(pairs, "tsv", 1, "sst2"))
+    with pytest.raises(UserError, match=r"names one text, but this model \(rte\) reads sentence"):
+        list(records(single, "tsv", 2, "rte"))
+    source = tmp_path / "in.tsv"
+    source.write_text("".join(pairs), encoding="utf-8")
+    with pytest.raises(UserError, match=r"this model \(sst2\) reads one"):  # the saved task
+        list(predict_lines(model_folder, read_lines(source), "entropy", 0.3, fmt="tsv"))

@@ -205,6 +205,28 @@ def test_predict_precision_int8_and_its_errors(int8_export: dict, tmp_path: Path
         OnnxEarlyExit(plain, "none", None, precision="int8")
 
 
+@pytest.mark.slow
+def test_graphs_listed_but_missing_are_named(int8_export: dict, tmp_path: Path) -> None:
+    """An export copied without its int8 files (or a segment): one line, not ONNX Runtime's
+    NO_SUCHFILE."""
+    import shutil
+
+    from aclpipe.early_exit.predict import Predictor
+
+    copy = tmp_path / "copy"
+    shutil.copytree(int8_export["out"], copy)
+    (copy / "segment_2.int8.onnx").unlink()
+    with pytest.raises(UserError, match=r"has no int8 segments \(segment_2\.int8\.onnx is "
+                       r"missing, though export.json lists it\): make them with `aclpipe "
+                       r"export-exits --task sst2 --method <method> --int8`"):  # fmt: skip
+        Predictor(copy, precision="int8")
+    OnnxEarlyExit(copy, "none", None)  # fp32 needs none of them
+    (copy / "segment_3.onnx").unlink()
+    with pytest.raises(UserError, match=r"segment_3\.onnx is missing, though export.json lists "
+                       r"it: run `aclpipe export-exits` again"):  # fmt: skip
+        OnnxEarlyExit(copy, "none", None)
+
+
 def test_compare_for_a_regression_task() -> None:
     """STS-B: one output per exit, no label agreement; patience with eps on the outputs."""
     reference = np.array([[[1.0], [2.0], [3.0], [4.0]], [[1.05], [2.5], [2.95], [4.5]]], dtype=np.float32)

@@ -184,8 +184,9 @@ def test_formats_sorting_and_defaults(export_dir: Path, tmp_path: Path) -> None:
     pairs_jsonl = [json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in PAIRS]
     pairs_text = [f"{a}\t{b}" for a, b in PAIRS]
     expected = list(predict_lines(export_dir, pairs_text))
-    assert list(predict_lines(export_dir, pairs_tsv, fmt="tsv")) == expected
     assert list(predict_lines(export_dir, pairs_jsonl, fmt="jsonl")) == expected
+    with pytest.raises(UserError, match=r"names two texts, but this model \(sst2\) reads one"):
+        list(predict_lines(export_dir, pairs_tsv, fmt="tsv"))  # a pair TSV, an SST-2 export
 
 
 @pytest.mark.slow
@@ -260,3 +261,31 @@ def test_summary_of_an_empty_input_says_so(tmp_path) -> None:
     predictor.setting_source = "given"
     line = predictor.summary()
     assert line.startswith("0 sentences: the input held no records") and "nan" not in line
+
+
+@pytest.mark.slow
+def test_predict_reads_export_json_once_and_checks_precision_once(
+    export_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from aclpipe.early_exit import onnx_runtime
+    from aclpipe.early_exit import predict as predict_module
+
+    reads, checks = [], []
+    real_read_text, real_check = Path.read_text, onnx_runtime.check_precision
+
+    def read_text(self, *args, **kwargs):
+        reads.append(self.name)
+        return real_read_text(self, *args, **kwargs)
+
+    def check_precision(*args):
+        checks.append(args[0])
+        return real_check(*args)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(onnx_runtime, "check_precision", check_precision)
+    monkeypatch.setattr(predict_module, "check_precision", check_precision)
+    source = tmp_path / "in.txt"
+    source.write_text("good\nbad plot .\n", encoding="utf-8")
+    predictor = predict_module.predict_file(export_dir, str(source), str(tmp_path / "o.jsonl"))
+    assert predictor.engine_name == "onnx" and predictor.count == 2
+    assert reads.count("export.json") == 1 and checks == ["fp32"]

@@ -139,8 +139,8 @@ def test_dash_when_no_point_meets_the_budget(reports: Path, no_plots: None) -> N
     below = pick(result, "scl", 0)  # 0.79 < 0.80
     assert all(below[f] is None for f in ("policy", "score", "layer_speedup"))
     assert pick(result, "scl", 1)["policy"] == "full"  # 0.79 >= 0.80 - 0.01
-    scl_line = next(line for line in out.getvalue().splitlines() if line.startswith("│ scl"))
-    assert "-" in scl_line.split("│")[2]
+    scl_line = next(line for line in out.getvalue().splitlines() if line.startswith("scl "))
+    assert scl_line.split()[1:5] == ["no", "drop", "-", "-"]  # budget, layer, score
     md = (reports / TASK / TRADEOFF_MD).read_text(encoding="utf-8")
     scl_md = next(line for line in md.splitlines() if line.startswith("| scl") and "×" in line)
     assert scl_md.split("|")[2].strip() == "-"
@@ -160,7 +160,7 @@ def test_missing_method_is_named_once_and_the_rest_print(reports: Path, no_plots
     assert len(lines) == 1
     assert "aclpipe finetune --task rte --method romebert" in lines[0]
     assert "aclpipe evaluate" in lines[0]
-    assert "│ joint" in out.getvalue()
+    assert any(line.startswith("joint ") for line in out.getvalue().splitlines())
     assert {r["method"] for r in result["rows"]} == {"ce", "joint"}
 
 
@@ -246,7 +246,7 @@ def test_curves_without_onnx_timings_still_render(reports: Path, no_plots: None)
     """A curves.json from before the onnx engine (or evaluate.engines: [torch]): "-"."""
     write_curves(reports / TASK, "joint", 0.81, onnx=False)
     console, out = quiet()
-    result = tradeoff(TASK, reports, console=console)
+    result = tradeoff(TASK, reports, console=console, full=True)
     assert all(pick(result, "joint", b)[f] is None for b in (0, 1, 2, 5) for f in ONNX_FIELDS)
     md = (reports / TASK / TRADEOFF_MD).read_text(encoding="utf-8")
     assert ("2.00× (78.50); torch 1.70× / 1.90×; onnx - / -; onnx/torch-full - / -; "
@@ -325,3 +325,30 @@ def test_settings_are_chosen_on_validation_and_scored_on_dev(
     assert pick(result, "joint", 1)["policy"] == "patience"
     assert any("settings chosen on dev" in w and "optimistic" in w for w in result["warnings"])
     assert "Warnings:" in (task_dir / TRADEOFF_MD).read_text()
+
+
+def test_terminal_lines_fit_80_columns_one_per_cell(reports: Path, no_plots: None) -> None:
+    """``aclpipe tradeoff``'s default print: per method and budget one line of at most 80
+    characters with the layer speed-up, the score, the deployable engine's (onnx) measured
+    speed-up at batch 1 / 32 and the setting; ``--full`` prints the rich tables."""
+    write_metrics(reports / TASK, "deebert-sd", {1: 0.62, 2: 0.71, 3: 0.78, 4: 0.81})
+    write_curves(reports / TASK, "deebert-sd", 0.81)  # the longest method name
+    out = io.StringIO()
+    result = tradeoff(TASK, reports, console=Console(file=out, width=80, color_system=None))
+    lines = out.getvalue().splitlines()
+    cells = [line for line in lines if line.split(" ")[0] in ("ce", "deebert-sd", "joint", "scl")]
+    assert len(cells) == len(result["rows"]) == 4 * 4
+    assert max(len(line) for line in lines[: lines.index(cells[-1]) + 1]) <= 80
+    header = lines[lines.index(cells[0]) - 1]
+    assert header.split() == ["method", "budget", "layer", "score", "onnx", "b1", "/", "b32",
+                              "setting"]  # fmt: skip
+    row = pick(result, "joint", 2)  # entropy@0.5: layer 2.00x, 78.50, onnx 1.85x / 1.95x
+    assert (
+        f"joint       ≤ 2 pts  2.00×  78.50  {row['onnx_speedup_batch1']:.2f}× / "
+        f"{row['onnx_speedup_batch32']:.2f}×  entropy@0.5"
+    ) in cells
+    assert "│" not in out.getvalue() and "onnx/torch-full" not in out.getvalue()
+    assert lines[-1].endswith("tradeoff.md (or --full)")
+    full = io.StringIO()
+    tradeoff(TASK, reports, console=Console(file=full, width=200, color_system=None), full=True)
+    assert "│ joint" in full.getvalue() and "onnx/torch-full" in full.getvalue()

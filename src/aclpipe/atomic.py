@@ -20,21 +20,32 @@ def _umask() -> int:
     return mask
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+@contextlib.contextmanager
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for the caller to write (``suffix`` for writers
+    that read the format from the name); when the block ends without error, the file gets the
+    mode every output has (0666 less the umask: 0644 under umask 022, where ``mkstemp`` makes
+    0600) and is renamed onto ``path``. On any error (or interrupt) it is removed and ``path``
+    is untouched. The one atomic file writer: text, JSON lines, figures."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (``atomic_path``, with an fsync before the rename)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ from aclpipe.cli_options import (
     task_methods,
     user_errors,
 )
-from aclpipe.errors import UserError
 from aclpipe.layout import PARAMS
 from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
 from aclpipe.study.cli import app as study_app
@@ -238,43 +237,11 @@ def predict(
 ) -> None:
     """Predict with early exit: one JSON line per input record (label, probability, exit
     layer), in input order; throughput and the mean exit layer on stderr at the end."""
-    from aclpipe.early_exit.inputs import input_format as pick_format
-    from aclpipe.early_exit.inputs import read_lines
-    from aclpipe.early_exit.predict import Predictor, write_jsonl
+    from aclpipe.early_exit.predict import predict_file
 
-    if batch_size < 1 or max_length < 2 or (threads is not None and threads < 1):
-        raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
-    fmt = pick_format(input, input_format)
-    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length,
-                          threads=threads, precision=precision)  # fmt: skip
-    lines = read_lines(input)
-    total = _count_records(input, fmt)
-    rows = predictor.records(lines, fmt)
-    if total is not None and err_console.is_terminal:
-        from rich.progress import Progress
-
-        with Progress(console=err_console, transient=True) as progress:
-            bar = progress.add_task("predict", total=total)
-            rows = _advancing(rows, progress, bar)
-            write_jsonl(rows, sys.stdout if output == "-" else Path(output))
-    else:
-        write_jsonl(rows, sys.stdout if output == "-" else Path(output))
-    err_console.print(predictor.summary(), highlight=False, soft_wrap=True)
-
-
-def _count_records(source: str, fmt: str) -> int | None:
-    """Records in an input file (lines, less a TSV header); None for stdin."""
-    if source == "-" or not Path(source).is_file():
-        return None
-    with open(source, "rb") as f:
-        lines = sum(1 for _ in f)
-    return max(lines - (fmt == "tsv"), 0)
-
-
-def _advancing(rows, progress, bar):
-    for row in rows:
-        progress.advance(bar)
-        yield row
+    predict_file(model, input, output, policy=policy, threshold=threshold, engine=engine,
+                 fmt=input_format, batch_size=batch_size, max_length=max_length,
+                 threads=threads, precision=precision, console=err_console)  # fmt: skip
 
 
 app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands

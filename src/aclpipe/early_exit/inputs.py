@@ -16,8 +16,9 @@ text (``None``): ``predict`` answers it in its place. Each record is ``(text, pa
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from aclpipe.errors import UserError
@@ -38,25 +39,79 @@ def input_format(source: str, fmt: str) -> str:
     return {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(suffix, "text")
 
 
-def read_lines(source: Path | str | None) -> Iterator[str]:
+class InputLines:
+    """The lines of a UTF-8 file (a byte-order mark dropped), or of stdin, read once as a
+    stream. ``size`` (the file's bytes; None for stdin) and ``position()`` (bytes read so far)
+    let a progress bar follow the one pass that predicts: the input is never read twice."""
+
+    def __init__(self, source: Path | str | None) -> None:
+        self.path = None if source is None or str(source) == "-" else Path(source)
+        if self.path is not None and not self.path.is_file():
+            raise UserError(f"input file {self.path} not found: give a text file, or - for stdin")
+        self.size = self.path.stat().st_size if self.path is not None else None
+        self._file = None
+
+    def __iter__(self) -> Iterator[str]:
+        if self.path is None:
+            if hasattr(sys.stdin, "reconfigure"):  # a bad byte is checked below, per line
+                sys.stdin.reconfigure(errors="surrogateescape")
+            yield from _checked(sys.stdin, "stdin")
+            return
+        # -sig: drop a byte-order mark; surrogateescape: a byte that is not UTF-8 arrives as a
+        # lone surrogate, so the error can name its line (strict decoding fails per 8 KB block)
+        with open(self.path, encoding="utf-8-sig", errors="surrogateescape") as f:
+            self._file = f
+            yield from _checked(f, str(self.path))
+
+    def position(self) -> int:
+        """Bytes read so far (the reader's buffer ahead of the lines handed out: up to 8 KB)."""
+        if self._file is None:
+            return 0
+        return self.size or 0 if self._file.closed else self._file.buffer.tell()
+
+
+_NOT_TEXT = re.compile("[\x00\udc80-\udcff]")  # a NUL byte, or a byte UTF-8 could not decode
+
+
+def _checked(lines: Iterable[str], name: str) -> Iterator[str]:
+    """``lines``, with a one-line error at the first that holds a byte that is not UTF-8 text,
+    or a NUL byte (a binary file)."""
+    for number, line in enumerate(lines, start=1):
+        bad = _NOT_TEXT.search(line)
+        if bad is None:
+            yield line
+            continue
+        if bad.group() == "\x00":
+            raise UserError(
+                f"{name} line {number} holds a NUL byte, so it is a binary file, not text: give "
+                "a UTF-8 text, TSV or JSONL file"
+            )
+        source = name if name != "stdin" else "FILE"
+        raise UserError(
+            f"{name} line {number} is not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02x} at "
+            f"column {bad.start() + 1}): convert it, e.g. `iconv -f latin1 -t utf-8 {source} > "
+            "fixed.txt` for a Latin-1 file, and give that; a binary file will not do"
+        )
+
+
+def read_lines(source: Path | str | None) -> InputLines:
     """Lines of a UTF-8 file, or of stdin for ``None`` or ``"-"``; a missing file is an error."""
-    if source is None or str(source) == "-":
-        return iter(sys.stdin)
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"input file {path} not found: give a text file, or - for stdin")
-
-    def lines() -> Iterator[str]:
-        with open(path, encoding="utf-8-sig") as f:  # -sig: drop a byte-order mark
-            yield from f
-
-    return lines()
+    return InputLines(source)
 
 
-def records(lines: Iterator[str] | list[str], fmt: str) -> Iterator[Record]:
-    """``(text, pair)`` per input record (module docstring), in input order."""
+def records(
+    lines: Iterable[str], fmt: str, texts: int | None = None, task: str | None = None
+) -> Iterator[Record]:
+    """``(text, pair)`` per input record (module docstring), in input order. ``texts``: how
+    many texts the model of ``task`` reads (1, or 2 for pairs; None: not known); a TSV header
+    naming another number is refused."""
     lines = iter(lines)
-    columns = _header(next(lines, ""), fmt) if fmt == "tsv" else None
+    columns = None
+    if fmt == "tsv":
+        header = next(lines, "")
+        columns = _header(header, fmt)
+        if texts is not None:
+            _check_texts(header, columns, texts, task)
     first_number = 2 if fmt == "tsv" else 1
     for number, line in enumerate(lines, start=first_number):
         text = line.rstrip("\r\n")
@@ -89,6 +144,24 @@ def _header(line: str, fmt: str) -> tuple[int, int | None, int]:
             f"columns {FIRST[0]} (and {SECOND[1]} for pairs), or text_a and text_b"
         )
     return a, b, len(names)
+
+
+def _check_texts(header: str, columns: tuple, texts: int, task: str | None) -> None:
+    """A one-line error unless the header names as many texts as the model reads."""
+    given = 1 if columns[1] is None else 2
+    if given == texts:
+        return
+    shown = " | ".join(n.strip() for n in header.rstrip("\r\n").split("\t"))
+    if given == 2:
+        raise UserError(
+            f"the TSV header ({shown}) names two texts, but this model ({task}) reads one: keep "
+            f"one text column ({FIRST[0]}), or give a model of a sentence-pair task"
+        )
+    raise UserError(
+        f"the TSV header ({shown}) names one text, but this model ({task}) reads sentence "
+        f"pairs: name the two text columns {FIRST[3]} and {SECOND[1]}, or give a model of a "
+        "one-text task"
+    )
 
 
 def _tsv_record(text: str, number: int, columns) -> Record:

@@ -1,13 +1,13 @@
 """The early-exit runtime on ONNX Runtime: the exported segments chained, stopping per sample.
 
-The same algorithm as the PyTorch runtime (``aclpipe.early_exit.runtime``) over the graphs
-``export-exits`` writes (``aclpipe.exits.segments``): ``embeddings.onnx`` gives
-``states``; segment ``j`` runs the layers up to exit ``j`` and that exit's head. After each
-exit the SAME pure policy (``aclpipe.early_exit.policies.leaves``) decides, sample by sample,
-who leaves; those rows leave ``states`` and the mask, and padding columns only finished rows
-needed are trimmed (batches are right-padded). ``policy="none"`` runs every segment for every
-row and answers with the last exit (the baseline; the inner heads, a pooling and a linear map
-each, still run inside their segments).
+The same loop as the PyTorch runtime (``aclpipe.early_exit.core.run_exits``, written once for
+both) over the graphs ``export-exits`` writes (``aclpipe.exits.segments``):
+``embeddings.onnx`` gives ``states``; segment ``j`` runs the layers up to exit ``j`` and that
+exit's head. After each exit the SAME pure policy (``aclpipe.early_exit.policies.leaves``)
+decides, sample by sample, who leaves; those rows leave ``states`` and the mask, and padding
+columns only finished rows needed are trimmed (batches are right-padded). ``policy="none"``
+runs every segment for every row and answers with the last exit (the baseline; the inner
+heads, a pooling and a linear map each, still run inside their segments).
 
 NumPy and onnxruntime only: a serving box needs no torch and no transformers.
 
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from aclpipe.early_exit.policies import NO_EXIT, check_policy, check_threshold, step, window_size
+from aclpipe.early_exit.core import NUMPY_OPS, EarlyExitResult, run_exits
+from aclpipe.early_exit.policies import NO_EXIT, check_policy, check_threshold, window_size
 from aclpipe.errors import UserError
 from aclpipe.layout import EXPORT_JSON
 
@@ -42,6 +42,11 @@ def read_export(folder: Path) -> dict:
         raise UserError(
             f"{path} is missing or damaged ({type(err).__name__}): run `aclpipe export-exits` again"
         ) from err
+    return check_export(record, folder)
+
+
+def check_export(record: dict, folder: Path) -> dict:
+    """``record`` (an ``export.json`` already read), unless it holds no segments."""
     if not record.get("segments"):
         raise UserError(
             f"{folder} holds no ONNX segments (an export from an older aclpipe): run "
@@ -105,11 +110,22 @@ def segment_files(record: dict, precision: str, folder: Path) -> list[str]:
     return list(record["int8"]["segments"])
 
 
-@dataclass
-class EarlyExitArrays:
-    logits: np.ndarray  # [B, C] float32, the logits at the exit each sample left by
-    exit_index: np.ndarray  # [B] int64, 0-based index into the exits
-    exit_layer: np.ndarray  # [B] int64, the 1-based layer of that exit
+def check_files(folder: Path, files: list[str], precision: str, record: dict) -> None:
+    """A one-line ``UserError`` for the first graph ``export.json`` lists that is not in
+    ``folder`` (ONNX Runtime would say NO_SUCHFILE)."""
+    missing = next((f for f in files if not (folder / f).is_file()), None)
+    if missing is None:
+        return
+    if precision == "int8" and missing in record["int8"]["segments"]:
+        raise UserError(
+            f"the export in {folder} has no int8 segments ({missing} is missing, though "
+            f"export.json lists it): make them with `aclpipe export-exits --task "
+            f"{record.get('task', '<task>')} --method <method> --int8`, or use --precision fp32"
+        )
+    raise UserError(
+        f"{folder / missing} is missing, though export.json lists it: run `aclpipe export-exits` "
+        "again"
+    )
 
 
 class OnnxEarlyExit:
@@ -125,13 +141,14 @@ class OnnxEarlyExit:
         precision: str = "fp32",
         record: dict | None = None,
     ) -> None:
-        record = record or read_export(folder)
+        record = read_export(folder) if record is None else check_export(record, folder)
         self.exits: list[int] = list(record["exits"])
         self.num_labels = int(record["num_labels"])
         self.regression = bool(record.get("regression", self.num_labels == 1))
         self.eps = eps
         self._use(policy, threshold)
         files = [record["embeddings"]["file"], *segment_files(record, precision, folder)]
+        check_files(folder, files, precision, record)
         try:
             sessions = [open_session(folder / f, threads) for f in files]
         except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
@@ -161,45 +178,28 @@ class OnnxEarlyExit:
         input_ids: np.ndarray,
         attention_mask: np.ndarray,
         token_type_ids: np.ndarray | None = None,
-    ) -> EarlyExitArrays:
+    ) -> EarlyExitResult:
         arrays = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             arrays["token_type_ids"] = token_type_ids
         feed = {name: arrays[name] for name in self.inputs}  # [B, T] int64 each
-        batch, last_exit = input_ids.shape[0], len(self.segments) - 1
-        out_logits: np.ndarray | None = None  # filled when a first sample leaves
-        out_index = np.full(batch, last_exit, dtype=np.int64)
-        active: np.ndarray | None = None  # original positions of those running; None = all
-        mask = attention_mask
         (states,) = self.embeddings.run(None, feed)  # [S, B, T, H]
-        seen: list[list[list[float]]] = [[] for _ in range(batch)]  # per sample, its last
-        # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
-        for k, segment in enumerate(self.segments):
-            states, logits = segment.run(None, {"states": states, "attention_mask": mask})
-            # states [S, b, T, H], logits [b, C]
-            if k < last_exit:
-                if self.policy == NO_EXIT:
-                    continue
-                seen, decided = step(self.policy, self.threshold, seen, logits.tolist(),
-                                     self.window, self.regression, self.eps)  # fmt: skip
-                leaving = sum(decided)
-                if leaving == 0:
-                    continue
-            if k == last_exit or leaving == logits.shape[0]:  # everyone still running leaves
-                if active is None:  # nobody left earlier: this exit's logits are the answer
-                    out_index.fill(k)
-                    return EarlyExitArrays(logits, out_index, self.exit_layers[out_index])
-                out_logits[active], out_index[active] = logits, k
-                break
-            if out_logits is None:
-                out_logits = np.empty((batch, logits.shape[1]), dtype=logits.dtype)
-                active = np.arange(batch)
-            leave = np.array(decided)
-            out_logits[active[leave]], out_index[active[leave]] = logits[leave], k
-            stay = ~leave
-            active, mask = active[stay], mask[stay]
-            longest = int(mask.sum(axis=1).max())  # trim padding only finished samples needed
-            mask = np.ascontiguousarray(mask[:, :longest])
-            states = np.ascontiguousarray(states[:, stay, :longest])
-            seen = [w for w, gone in zip(seen, decided) if not gone]
-        return EarlyExitArrays(out_logits, out_index, self.exit_layers[out_index])
+        run = _SegmentPass(self.segments, states, attention_mask)
+        return run_exits(run, NUMPY_OPS, self.exit_layers, self.policy, self.threshold,
+                         self.window, self.regression, self.eps)  # fmt: skip
+
+
+class _SegmentPass:
+    """One batch through the chained segments (``core.ExitPass``)."""
+
+    def __init__(self, segments: list, states: np.ndarray, mask: np.ndarray) -> None:
+        self.segments, self.states, self.mask = segments, states, mask
+
+    def logits(self, k: int) -> np.ndarray:
+        feed = {"states": self.states, "attention_mask": self.mask}
+        self.states, logits = self.segments[k].run(None, feed)  # [S, b, T, H], [b, C]
+        return logits
+
+    def keep(self, stay: np.ndarray, mask: np.ndarray) -> None:
+        self.mask = np.ascontiguousarray(mask)
+        self.states = np.ascontiguousarray(self.states[:, stay, : mask.shape[1]])

@@ -28,11 +28,9 @@ whitespace-only) line gets a record in its place with ``label``, ``probability``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -40,7 +38,9 @@ from typing import TextIO
 
 import numpy as np
 
-from aclpipe.early_exit.inputs import read_lines, records
+from aclpipe.atomic import atomic_path
+from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.inputs import input_format, read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
@@ -58,21 +58,28 @@ from aclpipe.layout import (
 ENGINES = ("onnx", "torch")
 CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
 
-__all__ = ["Predictor", "predict_lines", "read_lines", "write_jsonl"]
+__all__ = ["Predictor", "predict_file", "predict_lines", "read_lines", "write_jsonl"]
 
 
-def saved_label_names(model_dir: Path) -> list[str] | None:
-    """Label names written next to an exported model (``aclpipe_task.json``), if any."""
+def saved_task(model_dir: Path) -> dict | None:
+    """The task name and label names written next to an exported model (``aclpipe_task.json``),
+    if any (a training folder has none)."""
     path = model_dir / TASK_FILE
     if not path.exists():
         return None
     try:
-        labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return {"task": record.get("task"), "labels": [str(name) for name in record["labels"]]}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
         raise UserError(
             f"{path} is damaged ({type(err).__name__}): export the model again"
         ) from err
-    return [str(name) for name in labels] or None
+
+
+def texts_read(task: str | None) -> int | None:
+    """How many texts a model of ``task`` reads per input (1, or 2 for a pair task); None when
+    the task is not known."""
+    return len(TASKS[task].text_columns) if task in TASKS else None
 
 
 def _export_record(folder: Path) -> dict | None:
@@ -118,24 +125,25 @@ class Predictor:
         max_length: int = 128,
         task_labels: list[str] | None = None,
         threads: int | None = None,  # intra-op threads of the engine (None: its default)
-        precision: str = "fp32",  # onnx: fp32, or int8 (export-exits --int8; early_exit.quantize)
+        precision: str = "fp32",  # onnx: fp32, or int8 (export-exits --int8; exits.quantize)
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise UserError(
                 f"batch size {batch_size} and max length {max_length} must be >= 1 and 2"
             )
-        record = _export_record(model)
-        check_precision(precision, record, model)
+        record = _export_record(model)  # export.json, read once; None for a model folder
         if engine is None:
             engine = "onnx" if record and record.get("segments") else "torch"
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}: use onnx or torch")
         self.policy, self.threshold, self.setting_source = choose_setting(policy, threshold, record)
-        if precision != "fp32" and engine != "onnx":
-            raise UserError(
-                f"--precision {precision} runs on the onnx engine only: drop --engine torch, or "
-                "use --precision fp32"
-            )
+        if engine == "torch":  # the onnx engine checks the precision as it picks its segments
+            check_precision(precision, record, model)
+            if precision != "fp32":
+                raise UserError(
+                    f"--precision {precision} runs on the onnx engine only: drop --engine "
+                    "torch, or use --precision fp32"
+                )
         self.engine_name, self.batch_size = engine, batch_size
         if precision != "fp32":
             self.engine_name = f"{engine} {precision}"
@@ -150,7 +158,7 @@ class Predictor:
             from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
             runtime = OnnxEarlyExit(model, self.policy, self.threshold, threads=threads,
-                                    precision=precision)  # fmt: skip
+                                    precision=precision, record=record)  # fmt: skip
 
             def run(arrays: dict) -> tuple[np.ndarray, np.ndarray]:
                 result = runtime(**arrays)
@@ -160,7 +168,7 @@ class Predictor:
             self.num_labels, self.regression = record["num_labels"], runtime.regression
             self.pad_id = int(record.get("pad_id", 0))
             tokenizer_file = model / record.get("tokenizer", EXPORT_TOKENIZER)
-            names = record.get("labels")
+            names, self.task = record.get("labels"), record.get("task")
         else:
             if not (model_dir / MODEL_CONFIG).is_file():
                 raise UserError(
@@ -176,7 +184,8 @@ class Predictor:
             self.pad_id = engine_.pad_id
             folder = model_dir / TOKENIZER if (model_dir / TOKENIZER).is_dir() else model_dir
             tokenizer_file = folder / EXPORT_TOKENIZER
-            names = saved_label_names(model_dir)
+            saved = saved_task(model_dir) or {}
+            names, self.task = saved.get("labels") or None, saved.get("task")
         names = task_labels if task_labels is not None else names
         if names and len(names) != self.num_labels:
             raise UserError(
@@ -191,7 +200,8 @@ class Predictor:
         """One output record per input record, in input order (module docstring)."""
         chunk: list = []
         blank: list[int] = []
-        for number, (text, pair) in enumerate(records(lines, fmt), start=1):
+        texts = texts_read(self.task)
+        for number, (text, pair) in enumerate(records(lines, fmt, texts, self.task), start=1):
             if pair is None or not any((p or "").strip() for p in pair):
                 blank.append(number)
                 pair = None
@@ -252,6 +262,52 @@ class Predictor:
         )
 
 
+def predict_file(
+    model: Path,
+    source: str = "-",
+    output: str = "-",
+    *,
+    policy: str | None = None,
+    threshold: float | None = None,
+    engine: str | None = None,
+    fmt: str = "auto",
+    batch_size: int = 32,
+    max_length: int = 128,
+    threads: int | None = None,
+    precision: str = "fp32",
+    console=None,  # a rich Console for stderr: the progress bar (on a terminal) and summary
+) -> Predictor:
+    """``aclpipe predict``: read ``source`` (a file, or ``-`` for stdin) once, write one JSON
+    line per record to ``output`` (a file, written atomically, or ``-`` for stdout). On a
+    terminal a progress bar follows the bytes read, so the input is not counted beforehand;
+    the summary line goes to ``console`` at the end. Returns the ``Predictor``."""
+    if batch_size < 1 or max_length < 2 or (threads is not None and threads < 1):
+        raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
+    fmt = input_format(source, fmt)
+    lines = read_lines(source)  # a missing input fails before the model loads
+    predictor = Predictor(model, policy, threshold, engine, batch_size, max_length,
+                          threads=threads, precision=precision)  # fmt: skip
+    rows = predictor.records(lines, fmt)
+    out = sys.stdout if output == "-" else Path(output)
+    if console is not None and console.is_terminal and lines.size:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("predict", total=lines.size)
+
+            def advancing(rows: Iterable[dict]) -> Iterator[dict]:
+                for row in rows:
+                    progress.update(bar, completed=lines.position())
+                    yield row
+
+            write_jsonl(advancing(rows), out)
+    else:
+        write_jsonl(rows, out)
+    if console is not None:
+        console.print(predictor.summary(), highlight=False, soft_wrap=True)
+    return predictor
+
+
 def predict_lines(
     model_dir: Path,
     lines: Iterable[str],
@@ -297,8 +353,9 @@ def _blank_record(text: str, names: list[str] | None) -> dict:
 def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:
     """Write one JSON object per line; return how many.
 
-    ``out`` is an open text stream (stdout) or a path. A path is written atomically: rows go
-    to a temporary file beside it, renamed into place only when every row is written.
+    ``out`` is an open text stream (stdout) or a path. A path is written atomically
+    (``atomic.atomic_path``): rows go to a temporary file beside it, renamed into place only
+    when every row is written, with the usual mode (0644 under umask 022).
     """
     if not isinstance(out, (str, Path)):
         count = 0
@@ -307,16 +364,7 @@ def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:
             count += 1
         out.flush()
         return count
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            count = write_jsonl(rows, f)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(Path(out)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        count = write_jsonl(rows, f)
+        os.fsync(f.fileno())
     return count

@@ -3,7 +3,8 @@
 After each exit the policy (``aclpipe.early_exit.policies.leaves``) decides, sample by sample, who
 leaves; those samples leave the batch and the rest go on, so no layer runs for a finished
 sample. Padding columns that only finished samples needed are trimmed as the batch shrinks
-(batches are right-padded). The full model baseline (``full_forward``) runs the same layers
+(batches are right-padded). That bookkeeping is ``aclpipe.early_exit.core.run_exits``, shared
+with the ONNX Runtime engine; this module runs the layers between two exits and an exit's head. The full model baseline (``full_forward``) runs the same layers
 with only the deepest exit's head, so the two are timed on equal terms. Both run the encoder
 through the model's ``LayerRunner`` (``aclpipe.modeling.layerwise``), checked once per model
 against its forward (``check_layerwise``).
@@ -11,20 +12,19 @@ against its forward (``check_layerwise``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from aclpipe.early_exit.policies import check_policy, check_threshold, step, window_size
+from aclpipe.early_exit.core import ArrayOps, EarlyExitResult, run_exits
+from aclpipe.early_exit.policies import check_policy, check_threshold, window_size
 from aclpipe.modeling.layer_guard import check_layerwise
 from aclpipe.modeling.model import MultiExitModel
 
-
-@dataclass
-class EarlyExitResult:
-    logits: torch.Tensor  # [B, C], the logits at the exit each sample left by
-    exit_index: torch.Tensor  # [B], 0-based index into model.spec.exits
-    exit_layer: torch.Tensor  # [B], the 1-based layer of that exit
+TORCH_OPS = ArrayOps(
+    full=lambda n, value: torch.full((n,), value, dtype=torch.long),
+    empty_rows=lambda n, rows: rows.new_empty(n, rows.shape[1]),
+    arange=torch.arange,
+    flags=torch.tensor,
+)
 
 
 class EarlyExitRuntime:
@@ -44,8 +44,9 @@ class EarlyExitRuntime:
         self.regression, self.eps = regression, eps
         check_layerwise(model)  # once per model: a UserError if layers alone miss something
         self.runner = model.layer_runner()
-        self.calls = self.runner.calls[: model.spec.exits[-1]]  # layer k: calls[k - 1]
-        self.exit_at = {layer: i for i, layer in enumerate(model.spec.exits)}  # layer -> exit index
+        calls = self.runner.calls  # layer j: calls[j - 1]
+        starts = [0, *model.spec.exits[:-1]]
+        self.stretches = [calls[a:b] for a, b in zip(starts, model.spec.exits)]  # per exit
         self.keep_all_layers = any(head.pooler.reads_all_layers for head in model.heads)
         self.exit_layers = torch.tensor(model.spec.exits)
         self.heads = [head.logits for head in model.heads]
@@ -54,52 +55,38 @@ class EarlyExitRuntime:
 
     @torch.inference_mode()
     def __call__(self, input_ids, attention_mask, token_type_ids=None) -> EarlyExitResult:
-        model, runner, batch = self.model, self.runner, input_ids.shape[0]
-        last_exit = model.num_exits - 1
-        out_logits: torch.Tensor | None = None  # filled when a first sample leaves
-        out_index = torch.full((batch,), last_exit, dtype=torch.long)
-        active: torch.Tensor | None = None  # original positions of those running; None = all
-        mask = attention_mask
-        hidden = runner.embed(input_ids, mask, token_type_ids)  # [b, T, H]
-        pool_mask = _padding(mask)  # None when nothing is padded; rebuilt when the batch shrinks
-        inputs = runner.inputs(hidden, pool_mask)  # what each layer takes besides hidden
-        kept = [hidden]  # h_0..h_k for the running samples (only h_k unless a pooler reads all)
-        seen: list[list[list[float]]] = [[] for _ in range(batch)]  # per sample, its last
-        # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
-        for depth, call in enumerate(self.calls, start=1):
+        run = _TorchPass(self, input_ids, attention_mask, token_type_ids)
+        return run_exits(run, TORCH_OPS, self.exit_layers, self.policy, self.threshold,
+                         self.window, self.regression, self.eps)  # fmt: skip
+
+
+class _TorchPass:
+    """One batch through the model's layers (``core.ExitPass``)."""
+
+    def __init__(self, runtime: EarlyExitRuntime, input_ids, attention_mask, token_type_ids):
+        self.runner, self.stretches, self.heads = runtime.runner, runtime.stretches, runtime.heads
+        self.keep_all_layers = runtime.keep_all_layers
+        self.mask = attention_mask
+        hidden = self.runner.embed(input_ids, attention_mask, token_type_ids)  # [b, T, H]
+        self.pool_mask = _padding(attention_mask)  # None when nothing is padded
+        self.inputs = self.runner.inputs(hidden, self.pool_mask)  # what each layer takes too
+        self.kept = [hidden]  # h_0..h_j of the running samples (h_j alone unless a pooler
+        # reads every layer)
+
+    def logits(self, k: int) -> torch.Tensor:
+        kept, inputs = self.kept, self.inputs
+        hidden = kept[-1]
+        for call in self.stretches[k]:  # the layers since the previous exit
             hidden = call(hidden, inputs)
             kept = kept + [hidden] if self.keep_all_layers else [hidden]
-            if depth not in self.exit_at:
-                continue
-            k = self.exit_at[depth]
-            logits = self.heads[k](kept, pool_mask).float()  # [b, C]
-            if k < last_exit:  # one tolist() and plain Python: see aclpipe.early_exit.policies
-                seen, decided = step(self.policy, self.threshold, seen, logits.tolist(),
-                                     self.window, self.regression, self.eps)  # fmt: skip
-                leaving = sum(decided)
-                if leaving == 0:
-                    continue
-            if k == last_exit or leaving == logits.shape[0]:  # everyone still running leaves
-                if active is None:  # nobody left earlier: this exit's logits are the answer
-                    out_index.fill_(k)
-                    return EarlyExitResult(logits, out_index, self.exit_layers[out_index])
-                out_logits[active], out_index[active] = logits, k
-                break
-            if out_logits is None:
-                out_logits = logits.new_empty(batch, logits.shape[1])
-                active = torch.arange(batch)
-            leave = torch.tensor(decided)
-            out_logits[active[leave]], out_index[active[leave]] = logits[leave], k
-            stay = ~leave
-            active, mask = active[stay], mask[stay]
-            longest = int(mask.sum(dim=1).max())  # trim padding only finished samples needed
-            mask = mask[:, :longest]
-            kept = [h[stay, :longest] for h in kept]
-            hidden = kept[-1]
-            pool_mask = _padding(mask)
-            inputs = runner.inputs(hidden, pool_mask)
-            seen = [w for w, gone in zip(seen, decided) if not gone]
-        return EarlyExitResult(out_logits, out_index, self.exit_layers[out_index])
+        self.kept = kept
+        return self.heads[k](kept, self.pool_mask).float()  # [b, C]
+
+    def keep(self, stay: torch.Tensor, mask: torch.Tensor) -> None:
+        longest = mask.shape[1]
+        self.mask, self.kept = mask, [h[stay, :longest] for h in self.kept]
+        self.pool_mask = _padding(mask)
+        self.inputs = self.runner.inputs(self.kept[-1], self.pool_mask)
 
 
 def _padding(mask: torch.Tensor) -> torch.Tensor | None:

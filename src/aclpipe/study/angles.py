@@ -104,10 +104,11 @@ def draw_histograms(result: dict, path: Path) -> None:
     axes[0][0].set_ylabel("training steps")
     fig.suptitle(f"{result['task']}: gradient angles during fine-tuning")
     fig.tight_layout()
-    tmp = path.with_name(f".tmp-{path.name}")
-    fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic.atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
 
 
 def render_angles_table(result: dict) -> Table:

@@ -59,6 +59,14 @@ def tradeoff(
     methods: MethodsAlias = None,
     params: ParamsOpt = Path(PARAMS),
     set: SetOpt = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Print every engine at batch 1 and 32, the scores per exit and the notes (as "
+            "tradeoff.md), not one line per method and budget.",
+        ),
+    ] = False,
 ) -> None:
     """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
     score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
@@ -67,7 +75,7 @@ def tradeoff(
     p = load(params, set)
     chosen = parse_list((method or []) + (methods or []), "--method")
     for t in task_list(task, p):
-        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console)
+        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console, full=full)
 
 
 @app.command()

@@ -40,6 +40,7 @@ from aclpipe.layout import (
 )
 from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
 from aclpipe.study.tradeoff_tables import (
+    budget_lines,
     markdown,
     method_names,
     render_budget_table,
@@ -160,6 +161,7 @@ def tradeoff(
     methods: list[str] | None = None,
     budgets: tuple[int, ...] = BUDGETS,
     console: Console | None = None,
+    full: bool = False,
 ) -> dict:
     """Speed-up within each score budget, per method; print the tables and write the report.
 
@@ -169,6 +171,9 @@ def tradeoff(
         methods: the methods to compare; ``None`` takes every method with results.
         budgets: score drops from the ce reference, in points (x100).
         console: where to print; a fresh ``Console()`` by default.
+        full: print both tables whole (every engine at batch 1 and 32, the per-exit scores,
+            the notes); by default one line per method and budget (``budget_lines``), which
+            fits an 80-column terminal, and where the rest is.
 
     Returns:
         ``{"task", "reference", "budgets", "rows", "exit_scores", "num_layers", "missing",
@@ -205,8 +210,12 @@ def tradeoff(
     summary = {m: r["metrics"] for m, r in results.items()}
     report["names"] = method_names(report, summary)  # with the majority mark
     report["warnings"] = warnings(report, summary)
-    console.print(render_budget_table(report))
-    console.print(render_exit_table(report, summary))
+    if full:
+        console.print(render_budget_table(report))
+        console.print(render_exit_table(report, summary))
+    else:
+        for line in budget_lines(report):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in report["warnings"]:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     timing = next((n for n in report["timing"].values() if n), None)
@@ -228,6 +237,9 @@ def tradeoff(
                          majority)  # fmt: skip
     report["files"] = [str(task_dir / n) for n in NAMES]
     console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
+    if not full:
+        console.print(f"every engine at batch 1 and 32, scores per exit: {task_dir / 'tradeoff.md'}"
+                      " (or --full)", highlight=False, soft_wrap=True)  # fmt: skip
     return report
 
 

@@ -10,10 +10,9 @@ on or below it is no result (far below every score, it is named on the axis inst
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
+
+from aclpipe.atomic import atomic_path
 
 _MARKERS = {"full": "*", "entropy": "o", "patience": "s", "confidence": "^"}
 
@@ -29,18 +28,11 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: Path) -> None:
-    """Write the PNG to a temporary name beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
+    """Write the PNG atomically (``atomic.atomic_path``: a temporary name beside ``path``,
+    renamed into place with the usual mode)."""
+    with atomic_path(path, suffix=".png") as tmp:
         fig.tight_layout()
         fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 # The majority line stays off an axis where the data would fill less than this share of it

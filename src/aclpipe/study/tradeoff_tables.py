@@ -1,7 +1,8 @@
 """The trade-off report's tables (console and Markdown) and its warnings.
 
-``render_budget_table`` and ``render_exit_table`` print with rich; ``markdown`` writes both as
-``tradeoff.md``. Beside every table: the majority-class score; a method whose full model is at
+``budget_lines`` prints the budget table in a terminal's width (one line per cell);
+``render_budget_table`` and ``render_exit_table`` print everything with rich (``tradeoff
+--full``); ``markdown`` writes both as ``tradeoff.md``. Beside every table: the majority-class score; a method whose full model is at
 or below it is marked ``(≤ majority)``, a budget whose floor is at or below it
 ``(floor ≤ majority)``, a measured speed-up above its layer bound ``*``, and too few timed
 examples are said (``aclpipe.evaluation.caveats``); ``warnings`` says each in one line. Measured
@@ -173,6 +174,55 @@ def render_budget_table(report: dict) -> Table:
     for method in report["exit_scores"]:
         table.add_row(names[method], *_cells(report, method, "\n"))
     return table
+
+
+def _deployed(report: dict) -> tuple[str, str]:
+    """``(label, field prefix)`` of the engine ``predict`` serves on: ONNX Runtime's early exit
+    over its own full model where it was timed, else PyTorch's."""
+    timed = any(r.get("onnx_speedup_batch1") is not None for r in report["rows"])
+    return ("onnx", "onnx_speedup") if timed else ("torch", "measured_speedup")
+
+
+_SHORT_BUDGET = {0: "no drop"}
+_MISSED_MARK = "†"  # the short form of _MISSED_ON_DEV
+
+
+def budget_lines(report: dict) -> list[str]:
+    """The budget table for a terminal: one line per method and budget, what a reader decides
+    on (layer speed-up, score x100, the deployable engine's measured speed-up at batch 1 / 32,
+    the setting), aligned; ``markdown`` and ``render_budget_table`` keep every engine and mark.
+    A method at or below the majority-class score keeps its name plain here: its warning line
+    says so."""
+    label, prefix = _deployed(report)
+    header = ["method", "budget", "layer", "score", f"{label} b1 / b32", "setting"]
+    rows = []
+    for r in report["rows"]:
+        budget = _SHORT_BUDGET.get(r["budget_points"], f"≤ {r['budget_points']} pt"
+                                   + ("s" if r["budget_points"] != 1 else ""))  # fmt: skip
+        if r["policy"] is None:
+            rows.append([r["method"], budget, "-", "-", "-", "no setting meets it"])
+            continue
+        missed = _MISSED_MARK if r.get("met_on_dev") is False else ""
+        measured = " / ".join(
+            _speedup(r.get(f := f"{prefix}_batch{size}"), _noisy(r, f)) for size in (1, 32)
+        )
+        rows.append([r["method"], budget, _speedup(r["layer_speedup"]),
+                     f"{100 * r['score']:.2f}{missed}", measured, _setting(r)])  # fmt: skip
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    right = (False, False, True, True, True, False)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right)).rstrip()  # fmt: skip
+
+    title = (f"{report['task']}: best speed-up within a score budget (reference ce "
+             f"{100 * report['reference']:.2f})")  # fmt: skip
+    notes = []
+    if any(r.get("met_on_dev") is False for r in report["rows"]):
+        notes.append(f"{_MISSED_MARK} under the budget on dev")
+    if any(_noisy(r, f"{prefix}_batch{size}") for r in report["rows"] for size in (1, 32)):
+        notes.append(f"{caveats.NOISE_MARK} timing noise")
+    return [title, line(header), *(line(row) for row in rows), *(["; ".join(notes)] * bool(notes))]
 
 
 def _timed(report: dict) -> int | None:
