@@ -489,6 +489,22 @@ ThreadsOpt = Annotated[
         "when other work shares the machine.",
     ),
 ]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="local: --workers processes here; ray: one Ray task per run, asking for "
+        "campaign.resources (pip install 'aclpipe[cluster]').",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        help="With --backend ray: the cluster's head, auto, host:port or ray://host:port "
+        "(default: the Ray instance on this machine, else a new one).",
+    ),
+]
 
 
 @campaign_app.command("prepare")
@@ -535,6 +551,8 @@ def campaign_run_pending(
     task: RunTasksOpt = None,
     seed: RunSeedsOpt = None,
     threads: ThreadsOpt = None,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
@@ -545,7 +563,16 @@ def campaign_run_pending(
 
     spec = load_campaign(campaign)
     task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
-    done, failed = run_pending(spec, workers, console, task_list, seed_list, threads=threads)
+    done, failed = run_pending(
+        spec,
+        workers,
+        console,
+        task_list,
+        seed_list,
+        threads=threads,
+        backend=backend,
+        address=address,
+    )
     if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
             f"{len(done)} runs written; record them in DVC's lock with: "
@@ -569,6 +596,8 @@ def campaign_tune(
     seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
     threads: ThreadsOpt = None,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
@@ -593,7 +622,16 @@ def campaign_tune(
         )
         failed: list[str] = []
     else:
-        done, failed = run_pending(spec, workers, console, task_list, kind=TUNE, threads=threads)
+        done, failed = run_pending(
+            spec,
+            workers,
+            console,
+            task_list,
+            kind=TUNE,
+            threads=threads,
+            backend=backend,
+            address=address,
+        )
         if done:
             console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)
     for name, summary in write_tuning(spec, reports).items():
