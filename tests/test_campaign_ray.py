@@ -212,3 +212,35 @@ def test_a_run_no_node_can_hold_is_one_line(
     assert "each run asks 1 CPUs and 1 GPUs, more than any node of the cluster has" in out
     assert "(the largest: 2 CPUs, 0 GPUs)" in out
     assert not (tmp_path / "campaign" / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_run_does_not_stop_the_others(
+    tmp_path: Path, params_dict, glue_dir: Path, monkeypatch, ray_cluster
+) -> None:
+    """One run raises (a run the campaign does not know): it fails in one line, its log keeps
+    the traceback, and the other run finishes."""
+    from aclpipe.study.backends import Job, RunResources, follow
+    from aclpipe.study.ray_backend import RayCluster
+
+    write_campaign(tmp_path, params_dict(glue_dir), seeds=[1], runs=["ce"])
+    monkeypatch.chdir(tmp_path)
+    args = ("campaign/params.yaml", "run", "sst2")
+    jobs = [
+        Job(
+            "sst2 bogus seed 1", "campaign/runs/sst2/bogus-s1", _run_logged, (*args, "bogus", 1, 1)
+        ),
+        Job("sst2 ce seed 1", "campaign/runs/sst2/ce-s1", _run_logged, (*args, "ce", 1, 1)),
+    ]
+    console_file = io.StringIO()
+    console = Console(file=console_file, width=200)
+    done, failed = follow(RayCluster(None, RunResources()), jobs, console)
+    out = console_file.getvalue()
+    assert [str(p) for p in done] == ["campaign/runs/sst2/ce-s1"], out
+    assert failed == [
+        "sst2 bogus seed 1: UserError: unknown run 'bogus': campaign.runs in "
+        "campaign/params.yaml lists ce"
+    ]
+    assert f"failed {failed[0]}; pending " in out
+    assert "pending 0, running 0, done 1, failed 1" in out.splitlines()[-1]
+    assert "Traceback" in Path("campaign/models/sst2/bogus-s1.log").read_text(encoding="utf-8")
