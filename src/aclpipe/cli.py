@@ -494,7 +494,7 @@ BackendOpt = Annotated[
     typer.Option(
         "--backend",
         help="local: --workers processes here; ray: one Ray task per run, asking for "
-        "campaign.resources (pip install 'aclpipe[cluster]').",
+        "campaign.resources, as many at once as the cluster holds (pip install 'aclpipe[cluster]').",
     ),
 ]
 AddressOpt = Annotated[

@@ -51,7 +51,7 @@ def check_address(address: str | None, timeout: float = 5.0) -> None:
     if not host or not port.isdigit():
         raise UserError(f"--address {address!r}: give auto, host:port or ray://host:port")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise UserError(
