@@ -13,6 +13,7 @@
         acl-nograd: {method: acl, set: {acl_grad: false}}
       task_settings:                     # per task, over the shared knobs
         sst2: {data: {max_train_samples: 10000, max_length: 64}, train: {epochs: 1}}
+      resources: {cpus: 1, gpus: 0}      # what one run asks of a Ray cluster (--backend ray)
       tune:                              # the base recipe, chosen once per task on ce
         method: ce
         seeds: [1]
@@ -59,6 +60,7 @@ from aclpipe.config import Params, apply_overrides, params_from_dict
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, TRAINING_LOG, Layout
+from aclpipe.study.backends import RunResources, parse_resources
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Campaign:
     tuning: Tuning | None = None
     ablations: list[str] = dataclasses.field(default_factory=list)
     ablation_seeds: list[int] = dataclasses.field(default_factory=list)
+    resources: RunResources = RunResources()  # one run's ask of a Ray cluster
 
     def seeds_for(self, run: str) -> list[int]:
         """The seeds a run is planned for: ablation_seeds for an ablation, else seeds."""
@@ -183,10 +186,10 @@ def load_campaign(path: Path) -> Campaign:
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
     keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "variants", "task_settings"}
-    unknown = set(spec) - keys - {"tune"}
+    unknown = set(spec) - keys - {"tune", "resources"}
     if unknown:
         raise UserError(
-            f"unknown key campaign.{sorted(unknown)[0]} in {path}: use {', '.join(sorted(keys))}, tune"
+            f"unknown key campaign.{sorted(unknown)[0]} in {path}: use {', '.join(sorted(keys))}, tune, resources"
         )
     from aclpipe.training.knobs import METHOD_NAMES, check_method
 
@@ -230,7 +233,8 @@ def load_campaign(path: Path) -> Campaign:
                 )
     tuning = _tuning(spec["tune"], path) if spec.get("tune") is not None else None
     campaign = Campaign(
-        path, raw, tasks, seeds, runs, variants, settings, tuning, ablations, ablation_seeds
+        path, raw, tasks, seeds, runs, variants, settings, tuning, ablations, ablation_seeds,
+        parse_resources(spec.get("resources"), "campaign.resources", path),
     )
     for task in tasks:  # every run's params must build: fail now, not hours in
         for run in runs:

@@ -48,6 +48,8 @@ def run_pending(
     seed: list[str] | None,
     threads: int | None,
     console: Console,
+    backend: str = "local",
+    address: str | None = None,
 ) -> None:
     """Every run without a folder yet; prints the ``dvc commit`` that records the finished."""
     from aclpipe.study import campaign_runner
@@ -55,7 +57,14 @@ def run_pending(
     spec = load_campaign(campaign)
     task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
     done, failed = campaign_runner.run_pending(
-        spec, workers, console, task_list, seed_list, threads=threads
+        spec,
+        workers,
+        console,
+        task_list,
+        seed_list,
+        threads=threads,
+        backend=backend,
+        address=address,
     )
     if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
@@ -79,6 +88,8 @@ def tune(
     threads: int | None,
     reports: Path,
     console: Console,
+    backend: str = "local",
+    address: str | None = None,
 ) -> None:
     """One configuration of the tuning grid (``config`` with one task and its seed), else
     every one not yet run; then tuning.md per task, with the pick."""
@@ -99,7 +110,14 @@ def tune(
         failed: list[str] = []
     else:
         done, failed = run_configurations(
-            spec, workers, console, task_list, kind=TUNE, threads=threads
+            spec,
+            workers,
+            console,
+            task_list,
+            kind=TUNE,
+            threads=threads,
+            backend=backend,
+            address=address,
         )
         if done:
             console.print(f"record them with: {commit_command(spec, done, TUNE)}", highlight=False)

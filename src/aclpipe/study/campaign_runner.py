@@ -1,8 +1,10 @@
-"""Many campaign runs at once: ``aclpipe campaign run-pending --workers N``.
+"""Many campaign runs at once: ``aclpipe campaign run-pending --workers N`` (or
+``--backend ray``).
 
 DVC runs the campaign's stages one after another, which suits a CPU. A GPU has room for
-several runs side by side: this module runs every run that has no folder yet in worker
-processes, each with :func:`aclpipe.study.campaign.run_one` (what one DVC stage runs), so a folder
+several runs side by side, a cluster for many: this module runs every run that has no folder
+yet, in worker processes or as Ray tasks (``aclpipe.study.backends``), each with
+:func:`aclpipe.study.campaign.run_one` (what one DVC stage runs), so a folder
 made here is the one ``dvc repro`` would make; ``dvc commit -f`` on its stage (the command
 :func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``aclpipe.study.campaign`` because the run stages depend on that file: the
 scheduling is not what decides a run's weights, and editing it must not make DVC retrain.
@@ -10,7 +12,6 @@ scheduling is not what decides a run's weights, and editing it must not make DVC
 
 from __future__ import annotations
 
-import os
 import traceback
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rich.console import Console
 
 from aclpipe.errors import UserError
 from aclpipe.layout import DVC_YAML, META
+from aclpipe.study.backends import BACKENDS, Backend, Job, LocalPool, RunResources, follow
 from aclpipe.study.campaign import Campaign, load_campaign, run_one, tune_one
 
 RUN, TUNE = "run", "tune"  # the two kinds of job: a campaign run, a configuration of the grid
@@ -42,10 +44,14 @@ def pending(
     ]
 
 
-def pending_tuning(campaign: Campaign, tasks: list[str] | None = None) -> list[tuple[str, str, int]]:
+def pending_tuning(
+    campaign: Campaign, tasks: list[str] | None = None
+) -> list[tuple[str, str, int]]:
     """``(task, configuration, seed)`` of every tuning run without a folder, seed by seed."""
     if campaign.tuning is None:
-        raise UserError(f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)")
+        raise UserError(
+            f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)"
+        )
     for task in tasks or []:
         campaign.overrides(task)
     return [
@@ -57,6 +63,19 @@ def pending_tuning(campaign: Campaign, tasks: list[str] | None = None) -> list[t
     ]
 
 
+def make_backend(name: str, workers: int, address: str | None, resources: RunResources) -> Backend:
+    """The one place a backend is chosen (here, not in backends.py, which ray_backend imports): ``local`` (``workers`` processes) or ``ray``."""
+    if name not in BACKENDS:
+        raise UserError(f"--backend {name!r}: use {' or '.join(BACKENDS)}")
+    if name == "local":
+        if address is not None:
+            raise UserError("--address names a Ray cluster: add --backend ray, or drop --address")
+        return LocalPool(workers)
+    from aclpipe.study.ray_backend import RayCluster
+
+    return RayCluster(address, resources)
+
+
 def run_pending(
     campaign: Campaign,
     workers: int,
@@ -65,17 +84,17 @@ def run_pending(
     seeds: list[int] | None = None,
     kind: str = RUN,
     threads: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> tuple[list[Path], list[str]]:
-    """Run every pending run (``kind`` tune: every pending configuration of the tuning grid),
-    ``workers`` at a time in separate processes; returns the finished folders and one line
-    per failed run (its traceback is in its log, ``campaign/models/<task>/<run>-s<seed>.log``).
-    Each worker computes with ``threads`` threads (default: the cores shared out among the
-    workers). Ctrl-C cancels the runs not yet started."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    if workers < 1:
-        raise UserError(f"--workers {workers}: give at least 1")
+    """Run every pending run (``kind`` tune: every pending configuration of the tuning grid)
+    on ``backend`` (:mod:`aclpipe.study.backends`): ``local``, ``workers`` at a time in
+    separate processes, or ``ray``, one task per run asking for ``campaign.resources`` on the
+    Ray cluster at ``address``. Returns the finished folders and one line per failed run (its
+    traceback is in its log, ``campaign/models/<task>/<run>-s<seed>.log``). Each run computes
+    with ``threads`` threads (default: the local cores shared out among the workers; on Ray,
+    the CPUs a run asks for). Ctrl-C cancels the runs not yet started."""
+    pool = make_backend(backend, workers, address, campaign.resources)
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give at least 1")
     jobs = pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds)
@@ -85,38 +104,14 @@ def run_pending(
                 f"{campaign.layout.data(task)} is not prepared: run "
                 f"`aclpipe campaign prepare --task {task}` (or `dvc repro campaign/dvc.yaml`) first"
             )
-    console.print(f"{len(jobs)} runs to do, {workers} at a time", highlight=False)
-    done: list[Path] = []
-    failed: list[str] = []
-    if not jobs:
-        return done, failed
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-    try:
-        futures = {
-            pool.submit(_run_logged, str(campaign.path), kind, task, run, seed, threads): (
-                task,
-                run,
-                seed,
-            )
-            for task, run, seed in jobs
-        }
-        for future in as_completed(futures):
-            task, run, seed = futures[future]
-            name = f"{task} {run} seed {seed}"
-            try:
-                done.append(Path(future.result()))
-                console.print(f"done {name} ({len(done)}/{len(jobs)})", highlight=False)
-            except Exception as err:  # one failed run does not stop the others
-                first_line = (str(err).splitlines() or [""])[0]
-                failed.append(f"{name}: {type(err).__name__}: {first_line}")
-                console.print(f"failed {failed[-1]}", highlight=False)
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)  # the queued runs never start
-        raise
-    pool.shutdown()
-    return done, failed
+    per_run = pool.threads(threads)
+    folder = campaign.layout.tune_run if kind == TUNE else campaign.run_dir
+    args = [(str(campaign.path), kind, task, run, seed, per_run) for task, run, seed in jobs]
+    runs = [
+        Job(f"{task} {run} seed {seed}", str(folder(task, run, seed)), _run_logged, a)
+        for (task, run, seed), a in zip(jobs, args)
+    ]
+    return follow(pool, runs, console)
 
 
 def commit_command(campaign: Campaign, folders: list[Path], kind: str = RUN) -> str:

@@ -157,6 +157,22 @@ ThreadsOpt = Annotated[
         "when other work shares the machine.",
     ),
 ]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="local: --workers processes here; ray: one Ray task per run, asking for "
+        "campaign.resources, as many at once as the cluster holds (pip install 'aclpipe[cluster]').",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        help="With --backend ray: the cluster's head, auto, host:port or ray://host:port "
+        "(default: the Ray instance on this machine, else a new one).",
+    ),
+]
 
 
 @campaign_app.command("prepare")
@@ -195,6 +211,8 @@ def campaign_run_pending(
     task: RunTasksOpt = None,
     seed: RunSeedsOpt = None,
     threads: ThreadsOpt = None,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
@@ -202,7 +220,7 @@ def campaign_run_pending(
     again."""
     from aclpipe.study import campaign_commands as commands
 
-    commands.run_pending(campaign, workers, task, seed, threads, console)
+    commands.run_pending(campaign, workers, task, seed, threads, console, backend, address)
 
 
 @campaign_app.command("tune")
@@ -215,6 +233,8 @@ def campaign_tune(
     seed: Annotated[int | None, typer.Option("--seed", help="With --config: its seed.")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Configurations at a time.")] = 1,
     threads: ThreadsOpt = None,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
     reports: Annotated[
         Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
@@ -226,7 +246,9 @@ def campaign_tune(
     used)."""
     from aclpipe.study import campaign_commands as commands
 
-    commands.tune(campaign, task, config, seed, workers, threads, reports, console)
+    commands.tune(
+        campaign, task, config, seed, workers, threads, reports, console, backend, address
+    )
 
 
 @campaign_app.command("stack-compare")
