@@ -48,6 +48,12 @@ class DataConfig:
     # share of train held out as the validation split (stratified by label, fixed by seed),
     # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
     validation_fraction: float = 0.0
+    # few-shot: train on a class-stratified draw of N examples of train, made after the
+    # validation split is held out (which is then not written: N examples leave nothing honest
+    # to select on); ids in meta.json (aclpipe.data.fewshot). None: the whole split
+    fewshot_examples: int | None = None
+    # the draw's seed; a few-shot study sets it to train.seed (a draw is one seed)
+    fewshot_seed: int = 1
 
 
 @dataclass
@@ -85,6 +91,10 @@ class TrainConfig:
     save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
     # also record gradient cosines for plain-sum methods (costs a second backward pass)
     record_angles: bool = False
+    # score dev into the training log and write a resumable checkpoint at each epoch's end;
+    # false: neither (few-shot runs of many one-batch epochs, where both would dominate the
+    # run; evaluate scores dev once, at the end)
+    score_each_epoch: bool = True
 
 
 @dataclass
@@ -125,6 +135,7 @@ _CHOICES = {
 _POSITIVE = {
     "data.max_length",
     "data.max_train_samples",
+    "data.fewshot_examples",
     "data.max_eval_samples",
     "train.epochs",
     "train.batch_size",
