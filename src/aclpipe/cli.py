@@ -495,18 +495,25 @@ ThreadsOpt = Annotated[
 @user_errors
 def campaign_prepare(
     task: RunTasksOpt = None,
+    seed: RunSeedsOpt = None,
     campaign: CampaignOpt = Path("campaign/params.yaml"),
 ) -> None:
-    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
+    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings; in a
+    few-shot study, each seed's draw at every N into <study>/data/<task>/s<seed>/n<N>/."""
     from aclpipe.study.campaign import load_campaign, prepare_task
 
     spec = load_campaign(campaign)
     names = parse_list(task, "--task") or spec.tasks
-    for name in names:  # every name checked before any is written
-        spec.overrides(name)
+    seeds = parse_list(seed, "--seed", int) or (spec.seeds if spec.fewshot else [None])
+    for name in names:  # every name and seed checked before any is written
+        for s in seeds:
+            spec.overrides(name, spec.runs[0] if s is not None else None, s)
     for name in names:
-        meta = prepare_task(spec, name, console)
-        console.print(f"prepared {name} from {meta['source']}: {_counts(meta)}", highlight=False)
+        for s in seeds:
+            for meta in prepare_task(spec, name, console, s):
+                draw = f" (draw of {meta['fewshot']['examples']}, seed {s})" if s else ""
+                line = f"prepared {name}{draw} from {meta['source']}: {_counts(meta)}"
+                console.print(line, highlight=False)
 
 
 @campaign_app.command("run")
@@ -655,6 +662,12 @@ def campaign_report(
     from aclpipe.study.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
+    if spec.fewshot:  # a few-shot study: its own report (reports/fewshot/)
+        from aclpipe.study.fewshot_report import write_fewshot_report
+
+        for path in write_fewshot_report(spec, reports):
+            console.print(f"wrote {path}", highlight=False)
+        return
     for name in write_tuning(spec, reports):
         console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
     summaries = write_reports(spec, reports)
