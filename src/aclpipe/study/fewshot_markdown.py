@@ -76,8 +76,14 @@ def _claims_table(cells: list[dict], task: str) -> list[str]:
                 cols = f"{cell['n']} | {row['claim']} | {row['question']}"
                 lines.append(f"| {cols} | | | | | {row['verdict']} |")
                 continue
+            question = row["question"]
+            altered = cell["runs"].get(row["a"], {}).get("angles", {}).get("altered_rate")
+            if row["claim"] == "A3" and altered:  # CLAIMS.md A3: testable only where it fires
+                question += (
+                    f"; the rule dropped the ACL term at {100 * altered['mean']:.1f}% of steps"
+                )
             lines.append(
-                f"| {cell['n']} | {row['claim']} | {row['question']} | {_pts(row['difference'], True)} "
+                f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
                 f"| {_interval(row)} | {row['p']:.3f} | {len(row['seeds'])} | {row['verdict']} |"
             )
     return lines
