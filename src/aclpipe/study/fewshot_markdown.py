@@ -30,7 +30,11 @@ def _recipe(campaign: Campaign) -> list[str]:
     shown = ("tau", "lam", "acl_grad")
     knobs = "; ".join(
         f"`{name}` "
-        + ", ".join(f"{k} {v}" for k, v in (methods.get(name) or {}).items() if k in shown)
+        + ", ".join(
+            f"{k} {str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in (methods.get(name) or {}).items()
+            if k in shown
+        )
         for name in ("scl", "acl")
     )
     return [
@@ -59,7 +63,8 @@ def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]
                 continue
             sd = f" ± {_pts(e['sd'])}" if e["sd"] is not None else ""
             on = " (on majority)" if e["vs_majority"]["verdict"] != "better" else ""
-            row.append(f"{_pts(e['mean'])}{sd} {_interval(e, False)}, {e['n']} draws{on}")
+            draws = f"{e['n']} draw{'s' if e['n'] > 1 else ''}"
+            row.append(f"{_pts(e['mean'])}{sd} {_interval(e, False)}, {draws}{on}")
         row.append(_pts(cell.get("majority")))
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -84,7 +89,9 @@ def _claims_table(cells: list[dict], task: str) -> list[str]:
                 )
             lines.append(
                 f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
-                f"| {_interval(row)} | {row['p']:.3f} | {len(row['seeds'])} | {row['verdict']} |"
+                f"| {_interval(row)} | {row['p']:.3f} | {len(row['seeds'])} | {row['verdict']}"
+                + (" (1 draw: examples only)" if len(row["seeds"]) == 1 else "")
+                + " |"
             )
     return lines
 

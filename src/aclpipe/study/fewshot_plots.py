@@ -30,6 +30,17 @@ def _grid(campaign: Campaign, height: float):
     return fig, [fig.add_subplot(1, count, i + 1) for i in range(count)]
 
 
+def _axis(ax, campaign: Campaign, task: str) -> None:
+    """Log N axis with a tick at every N; a task without runs says so."""
+    ax.set_xscale("log")
+    ax.set_xlim(campaign.fewshot[0] / 1.5, campaign.fewshot[-1] * 1.5)
+    ax.set_xticks(campaign.fewshot, [str(n) for n in campaign.fewshot])
+    ax.set_title(task)
+    ax.set_xlabel("training examples N")
+    if not ax.has_data():
+        ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", color="grey")
+
+
 def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dict]]:
     points = [(c["n"], c["runs"][run]) for c in cells if c["task"] == task and run in c["runs"]]
     return [n for n, _ in points], [e for _, e in points]
@@ -53,12 +64,10 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
         if majority:
             ax.axhline(100 * majority[0], color="grey", linestyle=":", linewidth=1.2,
                        label=f"majority class ({100 * majority[0]:.1f})")  # fmt: skip
-        ax.set_xscale("log")
-        ax.set_xticks(campaign.fewshot, [str(n) for n in campaign.fewshot])
-        ax.set_title(task)
-        ax.set_xlabel("training examples N")
+        _axis(ax, campaign, task)
         ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
-        ax.legend(fontsize=7, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     _save(fig, path)
 
 
@@ -72,11 +81,9 @@ def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
             points = [(n, 100 * e["sd"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
             if points:
                 ax.plot(*zip(*points), marker="o", color=colour, label=run)
-        ax.set_xscale("log")
-        ax.set_xticks(campaign.fewshot, [str(n) for n in campaign.fewshot])
+        _axis(ax, campaign, task)
         ax.set_ylim(bottom=0)
-        ax.set_title(task)
-        ax.set_xlabel("training examples N")
         ax.set_ylabel("sd of the dev score over draws (x100)")
-        ax.legend(fontsize=7, loc="upper right")
+        if ax.get_legend_handles_labels()[0]:  # no sd before a second draw
+            ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
