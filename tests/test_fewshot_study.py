@@ -131,3 +131,25 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     assert "Runs done: 12 of 12" in readme and "## sst2" in readme
     for png in ("fewshot_scores.png", "fewshot_spread.png"):
         assert (tmp_path / "reports/fewshot" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "word"),
+    [(0.002, 0.03, "better"), (-0.03, -0.001, "worse"), (-0.009, 0.02, "comparable"),
+     (-0.011, 0.02, "inconclusive"), (0.0, 0.0, "comparable")],
+)  # fmt: skip
+def test_verdict_words_follow_the_interval_and_the_margin(low, high, word) -> None:
+    from aclpipe.study.verdicts import MARGIN, verdict
+
+    assert MARGIN == 0.01 and verdict(low, high) == word
+
+
+def test_prepare_seed_needs_a_few_shot_study(tmp_path, params_dict, monkeypatch) -> None:
+    path = tmp_path / "campaign" / "params.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump({**params_dict(None), "campaign": {
+        "tasks": ["sst2"], "seeds": [1], "runs": ["ce"]}}), encoding="utf-8")  # fmt: skip
+    args = ["campaign", "prepare", "--seed", "1", "--campaign", str(path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "has no campaign.fewshot" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
