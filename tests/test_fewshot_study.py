@@ -153,3 +153,18 @@ def test_prepare_seed_needs_a_few_shot_study(tmp_path, params_dict, monkeypatch)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "has no campaign.fewshot" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict) -> None:
+    from aclpipe.config import params_from_dict
+
+    path = write_study(tmp_path, params_dict(None))
+    args = ["campaign", "params", "--task", "sst2", "--run", "acl-nograd-n8", "--seed", "2"]
+    result = CliRunner().invoke(app, [*args, "--campaign", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "aclpipe finetune --params FILE --task sst2 --method acl" in result.output
+    params = params_from_dict(yaml.safe_load(result.output))  # the comments are YAML comments
+    assert params == load_campaign(path).params("sst2", "acl-nograd-n8", 2)
+    assert (params.data.fewshot_examples, params.data.fewshot_seed, params.train.seed) == (8, 2, 2)
+    result = CliRunner().invoke(app, [*args[:-1], "7", "--campaign", str(path)])
+    assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output

@@ -533,6 +533,28 @@ def campaign_run(
     console.print(f"wrote {out}", highlight=False)
 
 
+@campaign_app.command("params")
+@user_errors
+def campaign_params(
+    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
+    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    campaign: CampaignOpt = Path("campaign/params.yaml"),
+) -> None:
+    """Print one run's params as an ordinary params file, to rerun it by hand with
+    `aclpipe prepare` and `aclpipe finetune --params <file>` (the commands head the file)."""
+    import yaml
+
+    from aclpipe.study.campaign import load_campaign
+
+    spec = load_campaign(campaign)
+    raw = spec.raw_params(task, run, seed)
+    method = spec.variant(run).method
+    print(f"# {spec.path}, {task} {run} seed {seed}: aclpipe prepare --params FILE --task {task}")
+    print(f"# then: aclpipe finetune --params FILE --task {task} --method {method}")
+    print(yaml.safe_dump(raw, sort_keys=False), end="")
+
+
 @campaign_app.command("run-pending")
 @user_errors
 def campaign_run_pending(

@@ -175,8 +175,11 @@ class Campaign:
         return out
 
     def params(self, task: str, run: str | None = None, seed: int | None = None) -> Params:
-        raw = apply_overrides(copy.deepcopy(self.base), self.overrides(task, run, seed))
-        return params_from_dict(raw)
+        return params_from_dict(self.raw_params(task, run, seed))
+
+    def raw_params(self, task: str, run: str | None = None, seed: int | None = None) -> dict:
+        """A run's params as a params.yaml mapping: the shared knobs with its overrides."""
+        return apply_overrides(copy.deepcopy(self.base), self.overrides(task, run, seed))
 
     def tune_overrides(self, task: str, config: str, seed: int) -> list[str]:
         """A tuning run's overrides: the task's data and model settings (not its train
