@@ -93,8 +93,8 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     assert result.exit_code == 0 and "(draw of 8, seed 3)" in result.output, result.output
     args = ["campaign", "run", "--task", "sst2", "--run", "ce-n4", "--seed", "1", *flag]
     assert runner.invoke(app, args).exit_code == 0  # one run, as a DVC stage runs it
-    result = runner.invoke(app, ["campaign", "run-pending", "--workers", "1", *flag])
-    assert result.exit_code == 0 and "11 runs to do" in result.output, result.output
+    result = runner.invoke(app, ["campaign", "run-pending", "--workers", "2", *flag])
+    assert result.exit_code == 0 and "11 runs to do, 2 at a time" in result.output, result.output
     assert "fewshot/dvc.yaml:run@3-sst2-8-acl-nograd" in " ".join(result.output.split())
     records = {
         p.parent.name: json.loads(p.read_text())
