@@ -16,6 +16,7 @@ repository root for the default pipeline, ``campaign/`` for the seeds campaign):
     models/<task>/<run>-s<seed>/, .<run>-s<seed>.checkpoint/   campaign run: scratch while it trains
     models/<task>/<run>-s<seed>.log                            campaign run: its log, kept
     tune/<task>/<config>-s<seed>/                              campaign tune (scratch and log as above, tune-<config>)
+    data/<task>/s<seed>/n<N>/                                  a few-shot study's draws (fewshot/): prepare per seed
 
 The campaign's reports are not under ``campaign/`` but at the repository root
 (``campaign_markdown.campaign_reports``), apart from the default pipeline's ``reports/<task>/``::
@@ -24,6 +25,7 @@ The campaign's reports are not under ``campaign/`` but at the repository root
     reports/campaign/<task>/{results,tuning}.{md,json}         campaign report (tuning: also campaign tune)
     reports/campaign/<task>/results_{exits,angles}.png         campaign report
     reports/campaign/results_score_vs_time.png                 campaign report: every task
+    reports/fewshot/{README.md,results.json,fewshot_*.png}     the few-shot study's report (fewshot/)
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ REPORTS_README = "README.md"  # reports/ at the repository root, the campaign's 
 RESULTS_EXITS_PNG = "results_exits.png"  # reports/campaign/<task>/: score per exit with 95% bands
 RESULTS_ANGLES_PNG = "results_angles.png"  # reports/campaign/<task>/: gradient-angle histograms
 RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/campaign/: score against cost, every task
+FEWSHOT_REPORTS = "fewshot"  # reports/fewshot/: the few-shot study's README.md, results.json
+FEWSHOT_SCORES_PNG = "fewshot_scores.png"  # reports/fewshot/: score against N, band over draws
+FEWSHOT_SPREAD_PNG = "fewshot_spread.png"  # reports/fewshot/: sd over draws per method and N
 STACK_CHECK = "stack_check.json"  # campaign/: one run trained on two stacks, compared
 STACK_CHECK_SCRIPT = f"{CAMPAIGN}/stack_check.sh"  # trains that run on both, then stack-compare
 
@@ -151,6 +156,10 @@ class Layout:
 
     def run_log(self, task: str, run: str, seed: int) -> Path:
         return self.models(task) / f"{run}-s{seed}.log"
+
+    def fewshot_data(self, task: str, examples: int, seed: int) -> Path:
+        """A few-shot draw of ``examples`` training examples by ``seed`` (``data.fewshot``)."""
+        return self.data(task) / f"s{seed}" / f"n{examples}"
 
     def tune_runs(self, task: str) -> Path:
         return self.root / TUNE / task

@@ -29,11 +29,18 @@ class DataConfig:
     # share of train held out as the validation split (stratified by label, fixed by seed),
     # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
     validation_fraction: float = 0.0
+    # few-shot: train on a class-stratified draw of N examples of train, made after the
+    # validation split is held out (which is then not written: N examples leave nothing honest
+    # to select on); ids in meta.json (aclpipe.data.fewshot). None: the whole split
+    fewshot_examples: int | None = None
+    # the draw's seed; a few-shot study sets it to train.seed (a draw is one seed)
+    fewshot_seed: int = 1
 
     # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
     RANGES: ClassVar[dict[str, Check]] = {
         "max_length": positive,
         "max_train_samples": positive,
         "max_eval_samples": positive,
+        "fewshot_examples": positive,
         "validation_fraction": _share_of_train,
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from aclpipe import atomic
 from aclpipe.data.config import DataConfig
+from aclpipe.data.fewshot import draw_fewshot
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task
@@ -110,7 +111,11 @@ def prepare(
     }
     if data.validation_fraction > 0:
         meta["validation_fraction"] = data.validation_fraction
-    train, validation = carve_validation(task, read("train"), data.validation_fraction, data.seed)
+    examples = read("train")
+    train, validation = carve_validation(task, examples, data.validation_fraction, data.seed)
+    if data.fewshot_examples is not None:  # N drawn from train, no validation split (data.fewshot)
+        train, meta["fewshot"] = draw_fewshot(task, examples, train, data)
+        validation = []
     splits = {"train": subsample(train, data.max_train_samples, data.seed)}
     if validation:
         splits[VALIDATION] = validation

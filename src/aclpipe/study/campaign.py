@@ -21,6 +21,18 @@
           train.lr: [2.0e-5, 5.0e-5]     # list of such mappings (their union)
           train.epochs: [3, 5]
 
+A few-shot study (``fewshot/params.yaml``) is a campaign with two more keys::
+
+      fewshot: [20, 100, 1000]           # N: each run trains on a stratified draw of N examples
+      fewshot_settings:                  # per N, over the shared knobs (the recipe at N)
+        20: {train: {epochs: 100, batch_size: 20}}
+
+Its runs are ``<run>-n<N>`` for every run and N (``ce-n20``), and seed s of a run draws its
+N examples with ``data.fewshot_seed`` s and trains with ``train.seed`` s: a draw is one seed.
+Each draw is prepared once per task and seed into ``data/<task>/s<seed>/n<N>/``
+(``aclpipe.data.fewshot``) and shared by every method, so that runs of one seed pair on the
+same examples; ``aclpipe.study.fewshot_report`` writes its verdicts.
+
 ``aclpipe campaign tune`` trains the grid's configurations on the task's validation split
 (carved from train by ``data.validation_fraction``; dev is never looked at to choose) into
 ``campaign/tune/<task>/<config>-s<seed>/``; the best mean validation score is the recipe that
@@ -88,6 +100,10 @@ class Campaign:
     tuning: Tuning | None = None
     ablations: list[str] = dataclasses.field(default_factory=list)
     ablation_seeds: list[int] = dataclasses.field(default_factory=list)
+    fewshot: list[int] = dataclasses.field(default_factory=list)  # N of a few-shot study
+    fewshot_settings: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # a few-shot study's run name -> (its run of campaign.runs in the file, its N)
+    fewshot_runs: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     resources: RunResources = RunResources()  # one run's ask of a Ray cluster
 
     def seeds_for(self, run: str) -> list[int]:
@@ -106,11 +122,25 @@ class Campaign:
     def run_dir(self, task: str, run: str, seed: int) -> Path:
         return self.layout.run(task, run, seed)
 
+    def data_dir(self, task: str, run: str | None = None, seed: int | None = None) -> Path:
+        """The prepared data a run trains on: the task's, or a few-shot run's draw."""
+        if run in self.fewshot_runs and seed is not None:
+            return self.layout.fewshot_data(task, self.fewshot_runs[run][1], seed)
+        return self.layout.data(task)
+
+    def stage(self, task: str, run: str, seed: int) -> str:
+        """The DVC stage (in the campaign's dvc.yaml) that records a run's folder."""
+        if run in self.fewshot_runs:
+            base, n = self.fewshot_runs[run]
+            return f"run@{seed}-{task}-{n}-{base}"
+        return f"{'ablation' if run in self.ablations else 'run'}@{seed}-{task}-{run}"
+
     def variant(self, run: str) -> Variant:
         if run not in self.runs:
             raise UserError(
                 f"unknown run {run!r}: campaign.runs in {self.path} lists {', '.join(self.runs)}"
             )
+        run = self.fewshot_runs.get(run, (run, 0))[0]
         return self.variants.get(run, Variant(run, {}))
 
     def overrides(self, task: str, run: str | None = None, seed: int | None = None) -> list[str]:
@@ -129,6 +159,11 @@ class Campaign:
                 f"methods.{variant.method}.{key}={_yaml_value(value)}"
                 for key, value in variant.knobs.items()
             ]
+        if run in self.fewshot_runs:  # the recipe at N, and the draw (seed: below)
+            n = self.fewshot_runs[run][1]
+            for section, knobs in self.fewshot_settings.get(n, {}).items():
+                out += [f"{section}.{key}={_yaml_value(value)}" for key, value in knobs.items()]
+            out.append(f"data.fewshot_examples={n}")
         if seed is not None:
             planned = self.seeds_for(run) if run is not None else self.seeds
             if seed not in planned:
@@ -137,12 +172,17 @@ class Campaign:
                     f"seed {seed} is not in campaign.{which} of {self.path} "
                     f"({', '.join(map(str, planned))}): add it there"
                 )
+            if run in self.fewshot_runs:
+                out.append(f"data.fewshot_seed={seed}")  # a draw is one seed
             out.append(f"train.seed={seed}")
         return out
 
     def params(self, task: str, run: str | None = None, seed: int | None = None) -> Params:
-        raw = apply_overrides(copy.deepcopy(self.base), self.overrides(task, run, seed))
-        return params_from_dict(raw)
+        return params_from_dict(self.raw_params(task, run, seed))
+
+    def raw_params(self, task: str, run: str | None = None, seed: int | None = None) -> dict:
+        """A run's params as a params.yaml mapping: the shared knobs with its overrides."""
+        return apply_overrides(copy.deepcopy(self.base), self.overrides(task, run, seed))
 
     def tune_overrides(self, task: str, config: str, seed: int) -> list[str]:
         """A tuning run's overrides: the task's data and model settings (not its train
@@ -185,7 +225,8 @@ def load_campaign(path: Path) -> Campaign:
     if not isinstance(raw, dict) or not isinstance(raw.get("campaign"), dict):
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
-    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "variants", "task_settings"}
+    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "variants", "task_settings",
+            "fewshot", "fewshot_settings"}  # fmt: skip
     unknown = set(spec) - keys - {"tune", "resources"}
     if unknown:
         raise UserError(
@@ -232,16 +273,45 @@ def load_campaign(path: Path) -> Campaign:
                     "and model can differ per task"
                 )
     tuning = _tuning(spec["tune"], path) if spec.get("tune") is not None else None
+    fewshot, fewshot_settings = _fewshot(spec, path)
+    fewshot_runs = {f"{run}-n{n}": (run, n) for n in fewshot for run in runs}
     campaign = Campaign(
-        path, raw, tasks, seeds, runs, variants, settings, tuning, ablations, ablation_seeds,
+        path, raw, tasks, seeds, list(fewshot_runs) or runs, variants, settings, tuning,
+        ablations, ablation_seeds, fewshot, fewshot_settings, fewshot_runs,
         parse_resources(spec.get("resources"), "campaign.resources", path),
-    )
+    )  # fmt: skip
     for task in tasks:  # every run's params must build: fail now, not hours in
-        for run in runs:
+        for run in campaign.runs:
             campaign.params(task, run, campaign.seeds_for(run)[0])
         for config in tuning.configs if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
+
+
+def _fewshot(spec: dict, path: Path) -> tuple[list[int], dict[int, dict[str, Any]]]:
+    """``campaign.fewshot`` (N, ascending, each once) and ``campaign.fewshot_settings``."""
+    sizes, settings = spec.get("fewshot") or [], spec.get("fewshot_settings") or {}
+    where = f"campaign.fewshot in {path}"
+    if not isinstance(sizes, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes
+    ):
+        raise UserError(f"{where} must be a list of training-set sizes (whole numbers > 0)")
+    if sizes != sorted(set(sizes)):
+        raise UserError(f"{where} must list each N once, ascending, got {sizes}")
+    if sizes and spec.get("ablations"):
+        raise UserError(f"{where}: a few-shot study has no ablations; list every run in runs")
+    if not isinstance(settings, dict):
+        raise UserError(f"campaign.fewshot_settings in {path} must map N to settings")
+    for n, body in settings.items():
+        if n not in sizes or not isinstance(body, dict):
+            raise UserError(f"campaign.fewshot_settings.{n}: not an N of campaign.fewshot")
+        for section in body:
+            if section not in ("data", "train", "evaluate", "model"):
+                raise UserError(
+                    f"campaign.fewshot_settings.{n}.{section}: only data, train, evaluate and "
+                    "model can differ per N"
+                )
+    return sizes, settings
 
 
 _SHORT = {"lr": "lr", "epochs": "ep", "batch_size": "bs", "warmup_ratio": "wu"}
@@ -294,18 +364,35 @@ def _tuning(body: Any, path: Path) -> Tuning:
 # --- stages ----------------------------------------------------------------------------------
 
 
-def prepare_task(campaign: Campaign, task_name: str, console: Console) -> dict:
+def prepare_task(
+    campaign: Campaign, task_name: str, console: Console, seed: int | None = None
+) -> list[dict]:
+    """Prepare a task's data; in a few-shot study, seed's draw at every N (``seed`` given)."""
     from aclpipe.stages.prepare import prepare, resolve_glue_dir
 
-    task, params = get_task(task_name), campaign.params(task_name)
-    return prepare(
-        task,
-        params.data,
-        params.model.name,
-        campaign.layout.data(task.name),
-        resolve_glue_dir(params.data, None),
-        params.model.trust_remote_code,
-    )
+    task = get_task(task_name)
+    if seed is None:
+        plans = [(campaign.params(task_name), campaign.layout.data(task.name))]
+    else:
+        if not campaign.fewshot:
+            raise UserError(f"{campaign.path} has no campaign.fewshot: prepare without --seed")
+        first = {n: run for run, (_, n) in reversed(campaign.fewshot_runs.items())}
+        runs = [first[n] for n in campaign.fewshot]  # the data is the same for every method
+        plans = [
+            (campaign.params(task_name, run, seed), campaign.data_dir(task.name, run, seed))
+            for run in runs
+        ]
+    return [
+        prepare(
+            task,
+            params.data,
+            params.model.name,
+            out,
+            resolve_glue_dir(params.data, None),
+            params.model.trust_remote_code,
+        )
+        for params, out in plans
+    ]
 
 
 def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Console) -> Path:
@@ -328,6 +415,7 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
         campaign.run_dir(task.name, run, seed),
         record,
         console,
+        campaign.data_dir(task.name, run, seed),
     )
 
 
@@ -367,16 +455,18 @@ def _train_and_score(
     out: Path,
     record: dict,
     console: Console,
+    data_dir: Path | None = None,
 ) -> Path:
     """Train (resuming if cut off), score every exit on dev and validation, sweep; write
-    ``out`` atomically (run.json last) and drop the weights."""
+    ``out`` atomically (run.json last) and drop the weights. ``data_dir``: the prepared data
+    (default: the task's)."""
     from aclpipe.data.prepared import load_meta
     from aclpipe.modeling.device import pick_device
     from aclpipe.stages.evaluate import evaluate
     from aclpipe.stages.finetune import finetune
 
     task = get_task(task_name)
-    data_dir = campaign.layout.data(task.name)
+    data_dir = data_dir or campaign.layout.data(task.name)
     finetune(task, method, params, data_dir, scratch, console)
     with atomic.atomic_dir(out) as tmp:
         device = pick_device(params.train.device)

@@ -18,18 +18,25 @@ from aclpipe.layout import REPORTS_README, RESULTS_MD, STACK_CHECK
 from aclpipe.study.campaign import load_campaign
 
 
-def prepare(campaign: Path, task: list[str] | None, console: Console) -> None:
+def prepare(
+    campaign: Path, task: list[str] | None, seed: list[str] | None, console: Console
+) -> None:
     """Prepare the tasks named (default: campaign.tasks), every name checked before any is
-    written."""
+    written; in a few-shot study, each seed's draw at every N."""
     from aclpipe.study.campaign import prepare_task
 
     spec = load_campaign(campaign)
     names = parse_list(task, "--task") or spec.tasks
-    for name in names:  # every name checked before any is written
-        spec.overrides(name)
+    seeds = parse_list(seed, "--seed", int) or (spec.seeds if spec.fewshot else [None])
+    for name in names:  # every name and seed checked before any is written
+        for s in seeds:
+            spec.overrides(name, spec.runs[0] if s is not None else None, s)
     for name in names:
-        meta = prepare_task(spec, name, console)
-        console.print(f"prepared {name} from {meta['source']}: {counts(meta)}", highlight=False)
+        for s in seeds:
+            for meta in prepare_task(spec, name, console, s):
+                draw = f" (draw of {meta['fewshot']['examples']}, seed {s})" if s else ""
+                line = f"prepared {name}{draw} from {meta['source']}: {counts(meta)}"
+                console.print(line, highlight=False)
 
 
 def run(campaign: Path, task: str, run: str, seed: int, console: Console) -> None:
@@ -39,6 +46,18 @@ def run(campaign: Path, task: str, run: str, seed: int, console: Console) -> Non
     spec = load_campaign(campaign)
     out = run_one(spec, task, run, seed, console)
     console.print(f"wrote {out}", highlight=False)
+
+
+def params(campaign: Path, task: str, run: str, seed: int) -> None:
+    """Print one run's params as an ordinary params file, headed by the commands that rerun it."""
+    import yaml
+
+    spec = load_campaign(campaign)
+    raw = spec.raw_params(task, run, seed)
+    method = spec.variant(run).method
+    print(f"# {spec.path}, {task} {run} seed {seed}: aclpipe prepare --params FILE --task {task}")
+    print(f"# then: aclpipe finetune --params FILE --task {task} --method {method}")
+    print(yaml.safe_dump(raw, sort_keys=False), end="")
 
 
 def run_pending(
@@ -160,6 +179,12 @@ def report(campaign: Path, reports: Path, console: Console) -> None:
     from aclpipe.study.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
+    if spec.fewshot:  # a few-shot study: its own report (reports/fewshot/)
+        from aclpipe.study.fewshot_report import write_fewshot_report
+
+        for path in write_fewshot_report(spec, reports):
+            console.print(f"wrote {path}", highlight=False)
+        return
     for name in write_tuning(spec, reports):
         console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
     summaries = write_reports(spec, reports)

@@ -98,11 +98,13 @@ def run_pending(
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give at least 1")
     jobs = pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds)
-    for task in dict.fromkeys(task for task, _, _ in jobs):
-        if not (campaign.layout.data(task) / META).exists():
+    for task, run, seed in jobs:
+        data = campaign.data_dir(task, run if kind == RUN else None, seed)
+        if not (data / META).exists():
+            draw = f" --seed {seed}" if run in campaign.fewshot_runs else ""
             raise UserError(
-                f"{campaign.layout.data(task)} is not prepared: run "
-                f"`aclpipe campaign prepare --task {task}` (or `dvc repro campaign/dvc.yaml`) first"
+                f"{data} is not prepared: run `aclpipe campaign prepare --task {task}{draw}` "
+                f"(or `dvc repro {campaign.root / 'dvc.yaml'}`) first"
             )
     per_run = pool.threads(threads)
     folder = campaign.layout.tune_run if kind == TUNE else campaign.run_dir
@@ -124,8 +126,8 @@ def commit_command(campaign: Campaign, folders: list[Path], kind: str = RUN) -> 
         return "dvc commit -f " + " ".join(f"{campaign.root / DVC_YAML}:tune@{t}" for t in tasks)
     for folder in folders:
         run, seed = folder.name.rsplit("-s", 1)
-        stage = "ablation" if run in campaign.ablations else "run"
-        stages.append(f"{campaign.root / DVC_YAML}:{stage}@{seed}-{folder.parent.name}-{run}")
+        stage = campaign.stage(folder.parent.name, run, int(seed))
+        stages.append(f"{campaign.root / DVC_YAML}:{stage}")
     return "dvc commit -f " + " ".join(sorted(stages))
 
 

@@ -179,12 +179,14 @@ AddressOpt = Annotated[
 @user_errors
 def campaign_prepare(
     task: RunTasksOpt = None,
+    seed: RunSeedsOpt = None,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
-    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings."""
+    """Read, subsample and tokenize tasks into campaign/data/<task>/ with their settings; in a
+    few-shot study, each seed's draw at every N into <study>/data/<task>/s<seed>/n<N>/."""
     from aclpipe.study import campaign_commands as commands
 
-    commands.prepare(campaign, task, console)
+    commands.prepare(campaign, task, seed, console)
 
 
 @campaign_app.command("run")
@@ -200,6 +202,21 @@ def campaign_run(
     from aclpipe.study import campaign_commands as commands
 
     commands.run(campaign, task, run, seed, console)
+
+
+@campaign_app.command("params")
+@user_errors
+def campaign_params(
+    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
+    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
+    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
+) -> None:
+    """Print one run's params as an ordinary params file, to rerun it by hand with
+    `aclpipe prepare` and `aclpipe finetune --params <file>` (the commands head the file)."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.params(campaign, task, run, seed)
 
 
 @campaign_app.command("run-pending")

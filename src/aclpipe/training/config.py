@@ -33,6 +33,10 @@ class TrainConfig:
     save_every: int = 0  # steps between resumable checkpoints (0: at each epoch's end only)
     # also record gradient cosines for plain-sum methods (costs a second backward pass)
     record_angles: bool = False
+    # score dev into the training log and write a resumable checkpoint at each epoch's end;
+    # false: neither (few-shot runs of many one-batch epochs, where both would dominate the
+    # run; evaluate scores dev once, at the end)
+    score_each_epoch: bool = True
 
     # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
     RANGES: ClassVar[dict[str, Check]] = {

@@ -201,7 +201,7 @@ def run_fingerprint(
     )
 
 
-_NOT_ARITHMETIC = ("log_every", "save_every", "device")
+_NOT_ARITHMETIC = ("log_every", "save_every", "device", "score_each_epoch")
 
 
 def train(
@@ -307,6 +307,8 @@ def train(
                 progress.step(log, len(global_ids), time.perf_counter() - started)
                 if t.save_every and global_step % t.save_every == 0 and index + 1 < run.per_epoch:
                     checkpoint(Position(stage_index, epoch, index + 1, global_step))
+            if not t.score_each_epoch:  # few-shot: no per-epoch dev score nor checkpoint
+                continue
             if accelerator.is_main_process:
                 scores = _dev_scores(run, task, eval_batch_size)
                 history.append(

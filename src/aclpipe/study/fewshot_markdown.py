@@ -1,0 +1,212 @@
+"""reports/fewshot/README.md: the few-shot study's tables and verdicts, from the summaries of
+``fewshot_report`` (scores x100 here). Every figure in it is recomputed from the run folders."""
+
+from __future__ import annotations
+
+from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
+from aclpipe.study import verdicts
+from aclpipe.study.campaign import Campaign
+
+
+def _pts(x: float | None, signed: bool = False) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def _interval(row: dict, signed: bool = True) -> str:
+    if row.get("low") is None:
+        return ""
+    return f"[{_pts(row['low'], signed)}, {_pts(row['high'], signed)}]"
+
+
+def _recipe(campaign: Campaign) -> list[str]:
+    base = campaign.base
+    train, methods = base.get("train", {}), base.get("methods", {})
+    lines = ["| N | epochs | optimisation steps |", "| --- | --- | --- |"]
+    for n in campaign.fewshot:
+        params = campaign.params(campaign.tasks[0], next(
+            r for r, (_, m) in campaign.fewshot_runs.items() if m == n), campaign.seeds[0])  # fmt: skip
+        steps = params.train.epochs * -(-n // params.train.batch_size)
+        lines.append(f"| {n} | {params.train.epochs} | {steps} |")
+    shown = ("tau", "lam", "acl_grad")
+    knobs = "; ".join(
+        f"`{name}` "
+        + ", ".join(
+            f"{k} {str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in (methods.get(name) or {}).items()
+            if k in shown
+        )
+        for name in ("scl", "acl")
+    )
+    return [
+        f"Same for every method (fewshot/params.yaml, fixed before any result): batch "
+        f"{train.get('batch_size')}, lr {train.get('lr')} (heads {train.get('head_lr')}), "
+        f"warm-up {train.get('warmup_ratio')} of the steps, weight decay "
+        f"{train.get('weight_decay')}, clipping {train.get('max_grad_norm')}; {knobs}. "
+        "No validation split: nothing is selected, dev is scored once per run.",
+        "",
+        *lines,
+    ]
+
+
+def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
+    bases = list(dict.fromkeys(run for run, _ in campaign.fewshot_runs.values()))
+    lines = [
+        "| N | " + " | ".join(bases) + " | majority class |",
+        "| --- | " + " | ".join("---" for _ in bases) + " | --- |",
+    ]
+    for cell in (c for c in cells if c["task"] == task):
+        row = [str(cell["n"])]
+        for run in bases:
+            e = cell["runs"].get(run)
+            if e is None:
+                row.append("not run yet")
+                continue
+            sd = f" ± {_pts(e['sd'])}" if e["sd"] is not None else ""
+            on = " (on majority)" if e["vs_majority"]["verdict"] != "better" else ""
+            draws = f"{e['n']} draw{'s' if e['n'] > 1 else ''}"
+            row.append(f"{_pts(e['mean'])}{sd} {_interval(e, False)}, {draws}{on}")
+        row.append(_pts(cell.get("majority")))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _claims_table(cells: list[dict], task: str) -> list[str]:
+    lines = [
+        "| N | claim | question | A - B | 95% interval | p (one-sided) | draws | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for cell in (c for c in cells if c["task"] == task):
+        for row in cell.get("claims", []):
+            if "difference" not in row:
+                cols = f"{cell['n']} | {row['claim']} | {row['question']}"
+                lines.append(f"| {cols} | | | | | {row['verdict']} |")
+                continue
+            question = row["question"]
+            altered = cell["runs"].get(row["a"], {}).get("angles", {}).get("altered_rate")
+            if row["claim"] == "A3" and altered:  # CLAIMS.md A3: testable only where it fires
+                question += (
+                    f"; the rule dropped the ACL term at {100 * altered['mean']:.1f}% of steps"
+                )
+            lines.append(
+                f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
+                f"| {_interval(row)} | {row['p']:.3f} | {len(row['seeds'])} | {row['verdict']}"
+                + (" (1 draw: examples only)" if len(row["seeds"]) == 1 else "")
+                + " |"
+            )
+    return lines
+
+
+def _spread_table(cells: list[dict], task: str) -> list[str]:
+    lines = [
+        "| N | question | sd A | sd B | ratio A / B | 95% interval | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for cell in (c for c in cells if c["task"] == task):
+        for row in cell.get("spreads", []):
+            if "sd_a" not in row:
+                lines.append(f"| {cell['n']} | {row['question']} | | | | | {row['verdict']} |")
+                continue
+            ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}"
+            interval = "" if row["low"] is None else f"[{row['low']:.2f}, {row['high']:.2f}]"
+            lines.append(
+                f"| {cell['n']} | {row['question']} | {_pts(row['sd_a'])} | {_pts(row['sd_b'])} "
+                f"| {ratio} | {interval} | {row['verdict']} |"
+            )
+    return lines
+
+
+def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
+    bases = list(dict.fromkeys(run for run, _ in campaign.fewshot_runs.values()))
+    lines = ["| N | " + " | ".join(bases) + " |", "| --- |" + " --- |" * len(bases)]
+    for cell in (c for c in cells if c["task"] == task):
+        row = [str(cell["n"])]
+        for run in bases:
+            e = cell["runs"].get(run)
+            v = e["vs_majority"] if e else None
+            row.append(
+                "not run yet" if v is None
+                else f"{_pts(v['difference'], True)} {_interval(v)} {v['verdict']}"
+            )  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _on_majority(cells: list[dict]) -> list[str]:
+    """One line per (task, N) where some method is not told apart from the majority class."""
+    out = []
+    for cell in cells:
+        on = [r for r, e in cell["runs"].items() if e["vs_majority"]["verdict"] != "better"]
+        if on:
+            every = len(on) == len(cell["runs"])
+            out.append(
+                f"- {cell['task']} at N = {cell['n']}: {'every method' if every else ', '.join(on)} "
+                f"on the majority class ({_pts(cell['majority'])})"
+                + (": its comparisons are uninformative" if every else "")
+            )
+    return out
+
+
+def fewshot_markdown(campaign: Campaign, cells: list[dict]) -> str:
+    finished = sum(c["finished"] for c in cells)
+    planned = sum(c["planned"] for c in cells)
+    lines = [
+        "# Few-shot: SCL's claims and ACL where contrastive terms matter most",
+        "",
+        f"Runs done: {finished} of {planned} ({len(campaign.seeds)} draws planned per task, N "
+        "and method; a row over fewer draws is partial, its verdict provisional). Generated by "
+        f"`aclpipe campaign report --campaign {campaign.path}` from {campaign.layout.runs()}/ "
+        "(do not edit by hand).",
+        "",
+        "Each run trains `all-MiniLM-L6-v2` (single exit) on a class-stratified draw of N "
+        "examples of the task's training split, drawn after the campaign's validation split is "
+        "held out; a draw is one seed (the draw and the training share it), every method of a "
+        "seed trains on the same draw (its ids are in each run.json), and every run is scored "
+        "once on the full dev set. Scores x100; CoLA's is Matthews correlation (its majority "
+        "class scores 0).",
+        "",
+        "How a claim is judged: the paired bootstrap over draws and dev examples (2,000 "
+        "resamples; ../../src/aclpipe/study/paired.py), on the draws both runs have. Verdicts: "
+        "**better** / **worse** when the 95% interval of A - B excludes 0; **comparable** when "
+        f"not better and its lower end lies above -{100 * verdicts.MARGIN:g} point (non-inferior "
+        "at a margin fixed in advance); **inconclusive** otherwise; **uninformative** when "
+        "neither run beats the majority class. Spread (S2): the ratio of the sds over draws "
+        "with a bootstrap interval from the same resamples; **lower** when it lies below 1.",
+        "",
+        "## Recipe",
+        "",
+        *_recipe(campaign),
+        "",
+        f"![score against N]({FEWSHOT_SCORES_PNG})",
+        "",
+        f"![spread over draws]({FEWSHOT_SPREAD_PNG})",
+        "",
+        "## Where a method sits on the majority class",
+        "",
+        *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
+        "",
+    ]
+    for task in campaign.tasks:
+        if not any(c["runs"] for c in cells if c["task"] == task):
+            lines += [f"## {task}", "", "No finished run yet.", ""]
+            continue
+        lines += [
+            f"## {task}",
+            "",
+            "Dev score: mean ± sd over draws [95% interval].",
+            "",
+            *_scores_table(campaign, cells, task),
+            "",
+            "Claims (final exit):",
+            "",
+            *_claims_table(cells, task),
+            "",
+            "Spread over draws (S2):",
+            "",
+            *_spread_table(cells, task),
+            "",
+            "Against the majority class (method - majority, 95% interval):",
+            "",
+            *_majority_table(campaign, cells, task),
+            "",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""The few-shot study's figures (matplotlib Agg, written atomically, as the campaign's):
+
+- ``fewshot_scores.png``: per task, the dev score (x100) against N on a log axis, one line per
+  method (the mean over draws) with a band of one sd over draws either side, and the
+  majority-class score dotted;
+- ``fewshot_spread.png``: per task, each method's sd over draws against N (S2's measure).
+
+One colour per method, the same in both figures and in the campaign's (``campaign_plots.colours``
+over the study's runs of the file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.tradeoff_plots import _figure, _save
+
+
+def _colours(campaign: Campaign) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    bases = list(dict.fromkeys(run for run, _ in campaign.fewshot_runs.values()))
+    return {run: colormaps["tab10"](i % 10) for i, run in enumerate(bases)}
+
+
+def _grid(campaign: Campaign, height: float):
+    count = len(campaign.tasks)
+    fig = _figure(4.0 * count, height)
+    return fig, [fig.add_subplot(1, count, i + 1) for i in range(count)]
+
+
+def _axis(ax, campaign: Campaign, task: str) -> None:
+    """Log N axis with a tick at every N; a task without runs says so."""
+    ax.set_xscale("log")
+    ax.set_xlim(campaign.fewshot[0] / 1.5, campaign.fewshot[-1] * 1.5)
+    ax.set_xticks(campaign.fewshot, [str(n) for n in campaign.fewshot])
+    ax.set_title(task)
+    ax.set_xlabel("training examples N")
+    if not ax.has_data():
+        ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", color="grey")
+
+
+def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dict]]:
+    points = [(c["n"], c["runs"][run]) for c in cells if c["task"] == task and run in c["runs"]]
+    return [n for n, _ in points], [e for _, e in points]
+
+
+def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
+    """Score against N per task: mean over draws, a band of +-1 sd, the majority dotted."""
+    fig, axes = _grid(campaign, 3.6)
+    colours = _colours(campaign)
+    for ax, task in zip(axes, campaign.tasks):
+        for run, colour in colours.items():
+            sizes, entries = _series(cells, task, run)
+            if not sizes:
+                continue
+            mean = [100 * e["mean"] for e in entries]
+            sd = [100 * (e["sd"] or 0.0) for e in entries]
+            ax.plot(sizes, mean, marker="o", color=colour, label=run)
+            ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
+                            [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
+        majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
+        if majority:
+            ax.axhline(100 * majority[0], color="grey", linestyle=":", linewidth=1.2,
+                       label=f"majority class ({100 * majority[0]:.1f})")  # fmt: skip
+        _axis(ax, campaign, task)
+        ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
+def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
+    """Each method's sd over draws (x100) against N, per task."""
+    fig, axes = _grid(campaign, 3.2)
+    colours = _colours(campaign)
+    for ax, task in zip(axes, campaign.tasks):
+        for run, colour in colours.items():
+            sizes, entries = _series(cells, task, run)
+            points = [(n, 100 * e["sd"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", color=colour, label=run)
+        _axis(ax, campaign, task)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("sd of the dev score over draws (x100)")
+        if ax.get_legend_handles_labels()[0]:  # no sd before a second draw
+            ax.legend(fontsize=7, loc="upper right")
+    _save(fig, path)

@@ -1,0 +1,244 @@
+"""The few-shot study's results: ``reports/fewshot/{README.md,results.json}`` and its figures,
+from the run folders (``fewshot/runs/<task>/<run>-n<N>-s<seed>/``, read as the campaign's are:
+``campaign_report.load_run``); nothing here runs a model.
+
+Per (task, N), over the draws (a draw is one seed) and the dev examples, scores x1 here, x100
+in the markdown:
+
+- each method's final-exit dev score: the mean over draws, the sample sd over draws and the
+  95% interval of ``paired.seed_mean_interval``;
+- the claims (``CLAIMS``): the paired bootstrap over draws and dev examples
+  (``paired.paired_bootstrap``, 2,000 resamples) on the draws both runs have, each run of a
+  draw on the same examples; worded by ``verdicts.verdict`` (better / comparable / worse /
+  inconclusive, margin 1 point);
+- the spread claim (``SPREADS``, S2): the ratio of the sds over draws, A's over B's, with a 95%
+  interval from the same resamples (draws and examples drawn together, ``paired.draw``):
+  ``lower`` when the interval lies below 1, ``higher`` above, else ``inconclusive``;
+- each method against the majority class (the constant prediction of the draw's most
+  frequent class, scored on the same resamples): ``better`` only when the interval of the
+  difference excludes 0 from above; otherwise the method sits on the majority class, and a
+  claim between two methods that both sit on it is ``uninformative``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aclpipe import atomic
+from aclpipe.data.tasks import get_task
+from aclpipe.errors import UserError
+from aclpipe.layout import (
+    FEWSHOT_REPORTS,
+    FEWSHOT_SCORES_PNG,
+    FEWSHOT_SPREAD_PNG,
+    REPORTS_README,
+    RESULTS_JSON,
+    RUN_RECORD,
+)
+from aclpipe.study import measures as scoring
+from aclpipe.study import paired, verdicts
+from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign_report import _angles, load_run
+
+# (claim id, question, A, B): "A beats B" on the final exit, per (task, N)
+CLAIMS: list[tuple[str, str, str, str]] = [
+    ("S1", "CE+SCL beats CE", "scl", "ce"),
+    ("A1", "ACL beats CE", "acl", "ce"),
+    ("A1", "ACL beats CE+SCL", "acl", "scl"),
+    ("A3", "ACL-Grad helps ACL (acl against acl-nograd)", "acl", "acl-nograd"),
+]
+# (claim id, question, A, B): "A's scores vary less over draws than B's"
+SPREADS: list[tuple[str, str, str, str]] = [
+    ("S2", "CE+SCL varies less over draws than CE", "scl", "ce"),
+    ("S2", "ACL varies less over draws than CE", "acl", "ce"),
+]
+
+
+def load_cell(campaign: Campaign, task: str, n: int) -> dict[str, dict[int, dict]]:
+    """``{run: {seed: run folder}}`` of the finished runs at N; runs are named as in
+    ``campaign.runs`` of the file (``ce``, not ``ce-n20``)."""
+    found: dict[str, dict[int, dict]] = {}
+    for name, (run, size) in campaign.fewshot_runs.items():
+        if size != n:
+            continue
+        for seed in campaign.seeds:
+            folder = campaign.run_dir(task, name, seed)
+            if (folder / RUN_RECORD).exists():
+                found.setdefault(run, {})[seed] = load_run(task, folder)
+    check_draws(found)
+    return found
+
+
+def _without_draw(data: dict | None) -> dict:
+    """A run's data record less what differs between draws (the draw, the training split)."""
+    data = dict(data or {})
+    data.pop("fewshot", None)
+    data["splits"] = {k: v for k, v in data.get("splits", {}).items() if k != "train"}
+    return data
+
+
+def check_draws(found: dict[str, dict[int, dict]]) -> None:
+    """Every run scored the same dev examples from the same data (``paired.check_same_examples``,
+    the draw aside), and the runs of one seed trained on the same draw: a paired comparison
+    pairs the same training examples."""
+    runs = [r for by_seed in found.values() for r in by_seed.values()]
+    paired.check_same_examples(
+        [(r["folder"], r["outputs"].dev_labels, _without_draw(r["record"].get("data"))) for r in runs],
+        "dev",
+        "rerun it on the study's prepared data",
+    )  # fmt: skip
+    drawn: dict[int, tuple[Path, list[int]]] = {}
+    for r in runs:
+        seed, ids = r["record"]["seed"], r["record"].get("data", {}).get("fewshot", {}).get("ids")
+        if ids is None:
+            raise UserError(f"{r['folder']} has no few-shot draw in run.json: rerun it")
+        first = drawn.setdefault(seed, (r["folder"], ids))
+        if first[1] != ids:
+            raise UserError(
+                f"{r['folder']} trained on another draw than {first[0]} (seed {seed}): "
+                "prepare the draw again and rerun both"
+            )
+
+
+def majority_measure(run: dict) -> scoring.Measure:
+    """The majority-class floor as a run: the draw's most frequent class on every dev example
+    (ties to the lower class index, as ``evaluation.scoring.majority_prediction``)."""
+    task = run["outputs"].task
+    counts = run["record"]["data"]["splits"]["train"]["labels"]
+    per_class = [counts[name] for name in task.labels]
+    constant = int(np.argmax(per_class))
+    return scoring.Measure("final", np.full((1, len(run["outputs"].dev_labels)), constant))
+
+
+def spread_ratio(
+    task, a: dict[int, scoring.Measure], b: dict[int, scoring.Measure], labels: np.ndarray,
+    resamples: int = paired.RESAMPLES, level: float = paired.LEVEL,
+) -> dict:  # fmt: skip
+    """The ratio of A's sd over draws to B's, on the draws both have, with a bootstrap interval
+    over draws and dev examples (the draws of ``paired.draw``, shared by A and B)."""
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < 3:
+        return {"draws": seeds, "verdict": "too few draws (3 needed)"}
+    weights, counts = paired.draw(len(labels), len(seeds), resamples, 0)
+    ones = np.ones((1, len(labels)))
+    sd = {}
+    for name, runs in (("a", a), ("b", b)):
+        original = np.array([runs[s].values(task, labels, ones)[0] for s in seeds])
+        values = np.stack([runs[s].values(task, labels, weights) for s in seeds], axis=1)  # [R, n]
+        sd[name] = (float(np.std(original, ddof=1)), _weighted_sd(values, counts))
+    ratio = np.divide(sd["a"][1], sd["b"][1], out=np.full(resamples, np.nan), where=sd["b"][1] > 0)
+    undefined = float(np.mean(~np.isfinite(ratio)))
+    out: dict[str, Any] = {
+        "draws": seeds,
+        "sd_a": sd["a"][0],
+        "sd_b": sd["b"][0],
+        "ratio": sd["a"][0] / sd["b"][0] if sd["b"][0] > 0 else None,
+        "undefined_share": undefined,
+        "resamples": resamples,
+    }
+    if undefined > (1 - level) / 2:  # B's sd is 0 too often for the interval to mean anything
+        return {**out, "low": None, "high": None, "verdict": "undefined (B's sd over draws is 0)"}
+    low, high = np.nanquantile(ratio, [(1 - level) / 2, 1 - (1 - level) / 2])
+    verdict = "lower" if high < 1 else "higher" if low > 1 else verdicts.INCONCLUSIVE
+    return {**out, "low": float(low), "high": float(high), "verdict": verdict}
+
+
+def _weighted_sd(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``[R]``: the sample sd of each resample's drawn seeds (``values [R, n]``, each seed
+    counted ``counts [R, n]`` times)."""
+    total = counts.sum(axis=1)  # [R]
+    mean = (counts * values).sum(axis=1) / total
+    return np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / (total - 1))
+
+
+def summarise_cell(
+    campaign: Campaign, task_name: str, n: int, resamples: int = paired.RESAMPLES
+) -> dict:
+    """Every figure of one (task, N): scores, claims, spreads, the majority class."""
+    task = get_task(task_name)
+    found = load_cell(campaign, task_name, n)
+    runs = [r for r in campaign.runs if campaign.fewshot_runs[r][1] == n]
+    bases = [campaign.fewshot_runs[r][0] for r in runs]
+    out: dict[str, Any] = {
+        "task": task_name,
+        "n": n,
+        "finished": sum(len(s) for s in found.values()),
+        "planned": len(bases) * len(campaign.seeds),
+        "runs": {},
+    }
+    any_run = next((r for by_seed in found.values() for r in by_seed.values()), None)
+    if any_run is None:
+        return out
+    labels = any_run["outputs"].dev_labels
+    dev = task.dev_splits[0][0]
+    out["majority"] = any_run["metrics"]["splits"][dev]["majority_score"]
+    out["dev_examples"] = len(labels)
+    out["per_class"] = any_run["record"]["data"]["fewshot"]["per_stratum"]
+    measures = {
+        run: {s: scoring.measure(r["outputs"], "final") for s, r in by_seed.items()}
+        for run, by_seed in found.items()
+    }
+    floor = {s: majority_measure(r) for by_seed in found.values() for s, r in by_seed.items()}
+    for run in bases:
+        if run not in found:
+            continue
+        entry = paired.seed_mean_interval(task, measures[run], labels, resamples)
+        entry["scores"] = {
+            s: float(m.values(task, labels, np.ones((1, len(labels))))[0])
+            for s, m in sorted(measures[run].items())
+        }
+        against = paired.paired_bootstrap(task, measures[run], floor, labels, resamples)
+        entry["vs_majority"] = {
+            **against,
+            "verdict": "better" if against["verdict"] == "better" else "on the majority class",
+        }
+        entry.update(_angles(found[run]))
+        out["runs"][run] = entry
+    informative = {r for r, e in out["runs"].items() if e["vs_majority"]["verdict"] == "better"}
+    out["claims"] = []
+    for claim, question, a, b in CLAIMS:
+        row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b}
+        if a not in measures or b not in measures:
+            row["verdict"] = "not run yet" if a in bases and b in bases else "not in this study"
+        else:
+            row.update(paired.paired_bootstrap(task, measures[a], measures[b], labels, resamples))
+            if row["verdict"] != "no common seed":
+                row["verdict"] = verdicts.verdict(row["low"], row["high"])
+                if not {a, b} & informative:
+                    row["verdict"] = verdicts.UNINFORMATIVE
+        out["claims"].append(row)
+    out["spreads"] = []
+    for claim, question, a, b in SPREADS:
+        row = {"claim": claim, "question": question, "a": a, "b": b}
+        if a in measures and b in measures:
+            row.update(spread_ratio(task, measures[a], measures[b], labels, resamples))
+        else:
+            row["verdict"] = "not run yet" if a in bases and b in bases else "not in this study"
+        out["spreads"].append(row)
+    return out
+
+
+def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
+    """Write reports/fewshot/README.md, results.json and the figures; returns their paths."""
+    from aclpipe.study import fewshot_markdown, fewshot_plots
+
+    cells = [summarise_cell(campaign, t, n) for t in campaign.tasks for n in campaign.fewshot]
+    if not any(c["runs"] for c in cells):
+        raise UserError(
+            f"no finished runs under {campaign.layout.runs()}: run "
+            f"`dvc repro {campaign.root / 'dvc.yaml'}` (or `aclpipe campaign run ...`) first"
+        )
+    out = reports_dir / FEWSHOT_REPORTS
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"tasks": campaign.tasks, "fewshot": campaign.fewshot, "cells": cells}
+    written = [out / RESULTS_JSON, out / FEWSHOT_SCORES_PNG, out / FEWSHOT_SPREAD_PNG]
+    written.append(out / REPORTS_README)
+    atomic.write_text(written[0], json.dumps(summary, indent=2) + "\n")
+    fewshot_plots.draw_scores(campaign, cells, written[1])
+    fewshot_plots.draw_spread(campaign, cells, written[2])
+    atomic.write_text(written[3], fewshot_markdown.fewshot_markdown(campaign, cells))
+    return written

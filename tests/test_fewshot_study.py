@@ -1,0 +1,170 @@
+"""A tiny few-shot study end to end on the tiny model: the campaign's runner with N as one more
+axis (draws prepared per seed, runs named <run>-n<N>), its records, and its report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from aclpipe.cli import app
+from aclpipe.errors import UserError
+from aclpipe.study.campaign import load_campaign
+from aclpipe.study.fewshot_report import _weighted_sd, spread_ratio
+from aclpipe.study.measures import Measure
+
+STUDY = {
+    "tasks": ["sst2"],
+    "seeds": [1, 2, 3],
+    "runs": ["ce", "acl-nograd"],
+    "variants": {"acl-nograd": {"method": "acl", "set": {"acl_grad": False}}},
+    "fewshot": [4, 8],
+    "fewshot_settings": {4: {"train": {"epochs": 3}}, 8: {"train": {"epochs": 2}}},
+}
+
+
+def write_study(folder: Path, base: dict, **spec) -> Path:
+    path = folder / "fewshot" / "params.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = {**base, "campaign": {**STUDY, **spec}}
+    raw["train"].update(batch_size=4, score_each_epoch=False)
+    raw["data"].update(validation_fraction=0.25)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_study_params_set_the_draw_the_recipe_and_the_seed(tmp_path, params_dict) -> None:
+    study = load_campaign(write_study(tmp_path, params_dict(None)))
+    assert study.runs == ["ce-n4", "acl-nograd-n4", "ce-n8", "acl-nograd-n8"]
+    params = study.params("sst2", "acl-nograd-n8", 3)
+    assert (params.data.fewshot_examples, params.data.fewshot_seed, params.train.seed) == (8, 3, 3)
+    assert params.train.epochs == 2 and params.method("acl").acl_grad is False
+    assert study.data_dir("sst2", "ce-n8", 3) == tmp_path / "fewshot/data/sst2/s3/n8"
+    assert study.stage("sst2", "ce-n8", 3) == "run@3-sst2-8-ce"  # fewshot/dvc.yaml's matrix
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [({"fewshot": [8, 4]}, "each N once, ascending"),
+     ({"fewshot": [0]}, "whole numbers > 0"),
+     ({"fewshot_settings": {5: {"train": {}}}}, "not an N of campaign.fewshot"),
+     ({"fewshot_settings": {4: {"methods": {}}}}, "only data, train"),
+     ({"ablations": ["scl"]}, "no ablations")],
+)  # fmt: skip
+def test_bad_study_files_fail_in_one_line(tmp_path, params_dict, spec, message) -> None:
+    with pytest.raises(UserError, match=message):
+        load_campaign(write_study(tmp_path, params_dict(None), **spec))
+
+
+def test_weighted_sd_is_the_sd_of_the_drawn_multiset() -> None:
+    rng = np.random.default_rng(0)
+    values, counts = rng.normal(size=(5, 4)), rng.integers(0, 3, size=(5, 4))
+    counts[:, 0] += 2  # at least two draws per resample
+    for r in range(5):
+        multiset = np.repeat(values[r], counts[r])
+        assert _weighted_sd(values, counts)[r] == pytest.approx(np.std(multiset, ddof=1))
+
+
+def test_spread_ratio_of_a_constant_baseline_is_undefined_and_of_itself_one() -> None:
+    from aclpipe.data.tasks import get_task
+
+    task, rng = get_task("sst2"), np.random.default_rng(1)
+    labels = rng.integers(0, 2, 40)
+    runs = {s: Measure("final", rng.integers(0, 2, (1, 40))) for s in range(1, 6)}
+    same = spread_ratio(task, runs, runs, labels, resamples=200)
+    assert same["ratio"] == pytest.approx(1.0) and same["low"] == same["high"] == pytest.approx(1)
+    assert same["verdict"] == "inconclusive"
+    constant = {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in range(1, 6)}
+    assert spread_ratio(task, runs, constant, labels, 200)["verdict"].startswith("undefined")
+
+
+def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:
+    write_study(tmp_path, params_dict(glue_dir))
+    monkeypatch.chdir(tmp_path)
+    runner, flag = CliRunner(), ["--campaign", "fewshot/params.yaml"]
+    result = runner.invoke(app, ["campaign", "run-pending", "--workers", "1", *flag])
+    assert result.exit_code == 2 and "fewshot/data/sst2/s1/n4 is not prepared" in result.output
+    assert "--seed 1" in result.output
+    result = runner.invoke(app, ["campaign", "prepare", *flag])  # every seed's draws
+    assert result.exit_code == 0 and "(draw of 8, seed 3)" in result.output, result.output
+    args = ["campaign", "run", "--task", "sst2", "--run", "ce-n4", "--seed", "1", *flag]
+    assert runner.invoke(app, args).exit_code == 0  # one run, as a DVC stage runs it
+    result = runner.invoke(app, ["campaign", "run-pending", "--workers", "2", *flag])
+    assert result.exit_code == 0 and "11 runs to do, 2 at a time" in result.output, result.output
+    assert "fewshot/dvc.yaml:run@3-sst2-8-acl-nograd" in " ".join(result.output.split())
+    records = {
+        p.parent.name: json.loads(p.read_text())
+        for p in (tmp_path / "fewshot/runs/sst2").glob("*/run.json")
+    }
+    assert len(records) == 12
+    for name, record in records.items():  # the draw is recorded with every run
+        run, n, seed = name.rsplit("-n", 1)[0], *map(int, name.rsplit("-n", 1)[1].split("-s"))
+        draw = record["data"]["fewshot"]
+        assert (draw["examples"], draw["seed"], record["params"]["train"]["seed"]) == (n, seed, seed)
+        twin = records[f"{'ce' if run != 'ce' else 'acl-nograd'}-n{n}-s{seed}"]
+        assert twin["data"]["fewshot"]["ids"] == draw["ids"]  # one draw per seed, every method
+        assert "validation" not in record["data"]["splits"]  # no validation split scored
+    assert records["ce-n4-s1"]["data"]["fewshot"]["ids"] != records["ce-n4-s2"]["data"]["fewshot"]["ids"]
+    result = runner.invoke(app, ["campaign", "report", *flag])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "reports/fewshot/results.json").read_text())
+    cell = next(c for c in summary["cells"] if c["n"] == 8)
+    assert cell["finished"] == cell["planned"] == 6
+    ce = cell["runs"]["ce"]
+    metrics = [
+        json.loads((tmp_path / f"fewshot/runs/sst2/ce-n8-s{s}/metrics.json").read_text())
+        for s in (1, 2, 3)
+    ]
+    finals = [m["final_score"] for m in metrics]
+    assert ce["mean"] == pytest.approx(np.mean(finals)) and ce["n"] == 3
+    assert ce["sd"] == pytest.approx(np.std(finals, ddof=1))
+    assert cell["majority"] == metrics[0]["splits"]["dev"]["majority_score"]
+    allowed = {"better", "comparable", "worse", "inconclusive", "uninformative", "not in this study"}
+    assert {c["verdict"] for c in cell["claims"]} <= allowed
+    spread = next(s for s in cell["spreads"] if s["a"] == "acl")  # acl is not run here
+    assert spread["verdict"] == "not in this study"
+    readme = (tmp_path / "reports/fewshot/README.md").read_text()
+    assert "Runs done: 12 of 12" in readme and "## sst2" in readme
+    for png in ("fewshot_scores.png", "fewshot_spread.png"):
+        assert (tmp_path / "reports/fewshot" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "word"),
+    [(0.002, 0.03, "better"), (-0.03, -0.001, "worse"), (-0.009, 0.02, "comparable"),
+     (-0.011, 0.02, "inconclusive"), (0.0, 0.0, "comparable")],
+)  # fmt: skip
+def test_verdict_words_follow_the_interval_and_the_margin(low, high, word) -> None:
+    from aclpipe.study.verdicts import MARGIN, verdict
+
+    assert MARGIN == 0.01 and verdict(low, high) == word
+
+
+def test_prepare_seed_needs_a_few_shot_study(tmp_path, params_dict, monkeypatch) -> None:
+    path = tmp_path / "campaign" / "params.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump({**params_dict(None), "campaign": {
+        "tasks": ["sst2"], "seeds": [1], "runs": ["ce"]}}), encoding="utf-8")  # fmt: skip
+    args = ["campaign", "prepare", "--seed", "1", "--campaign", str(path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "has no campaign.fewshot" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict) -> None:
+    from aclpipe.config import params_from_dict
+
+    path = write_study(tmp_path, params_dict(None))
+    args = ["campaign", "params", "--task", "sst2", "--run", "acl-nograd-n8", "--seed", "2"]
+    result = CliRunner().invoke(app, [*args, "--campaign", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "aclpipe finetune --params FILE --task sst2 --method acl" in result.output
+    params = params_from_dict(yaml.safe_load(result.output))  # the comments are YAML comments
+    assert params == load_campaign(path).params("sst2", "acl-nograd-n8", 2)
+    assert (params.data.fewshot_examples, params.data.fewshot_seed, params.train.seed) == (8, 2, 2)
+    result = CliRunner().invoke(app, [*args[:-1], "7", "--campaign", str(path)])
+    assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output
