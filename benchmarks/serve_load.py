@@ -67,8 +67,10 @@ def sst2_dev(glue_dir: Path) -> list[str]:
     return [row[0] for row in rows[1:]]
 
 
-def contenders(export: Path, record: dict, threads: int, scheduler: str) -> dict[str, list[str]]:
-    common = ["--threads", str(threads), "--scheduler", scheduler]
+def contenders(
+    export: Path, record: dict, threads: int, max_wait_ms: float
+) -> dict[str, list[str]]:
+    common = ["--threads", str(threads), "--max-wait-ms", str(max_wait_ms)]
     out = {"ee-fp32": common}
     if (record.get("int8") or {}).get("segments"):
         out["ee-int8"] = [*common, "--precision", "int8"]
@@ -235,7 +237,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each rate's step")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a request fails")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each server")
-    parser.add_argument("--scheduler", default="loop", help="the servers' --scheduler")
+    parser.add_argument("--max-wait-ms", type=float, default=0.0, help="the servers' max wait")
     parser.add_argument("--only", help="comma-separated servers to run (default: all)")
     parser.add_argument("--light", type=int, default=200, help="sentences timed in process")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
@@ -246,7 +248,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     began = time.perf_counter()
     results, banners, stopped = {}, {}, {}
-    servers = contenders(args.export, record, args.threads, args.scheduler)
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms)
     if args.only:
         servers = {n: o for n, o in servers.items() if n in args.only.split(",")}
     for name, options in servers.items():
@@ -291,7 +293,7 @@ def main() -> None:
         "machine": machine(),
         "load_average_at_end": os.getloadavg(),
         "threads": args.threads,
-        "scheduler": args.scheduler,
+        "max_wait_ms": args.max_wait_ms,
         "seconds_per_rate": args.seconds,
         "servers": banners,
         "exit_codes_after_sigterm": stopped,

@@ -416,7 +416,7 @@ def serve(
     max_wait_ms: Annotated[
         float,
         typer.Option("--max-wait-ms", help="Longest wait for a batch to fill, from its oldest record."),
-    ] = 2.0,
+    ] = 0.0,
     max_queue: Annotated[
         int,
         typer.Option("--max-queue", help="Records waiting before requests get 503 and Retry-After."),
@@ -431,20 +431,13 @@ def serve(
         int | None,
         typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
     ] = None,
-    scheduler: Annotated[
-        str,
-        typer.Option(
-            "--scheduler",
-            help="loop (batches run in the server's event loop) or thread (in a worker thread).",
-        ),
-    ] = "loop",
 ) -> None:
     """Serve the model over HTTP: POST /predict (predict's records), /healthz, /readyz,
     /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
     from aclpipe.early_exit.serve import serve as run_server
 
     run_server(model, policy, threshold, engine, precision, host, port, max_batch, max_wait_ms,
-               max_queue, max_body, max_length, threads, scheduler)  # fmt: skip
+               max_queue, max_body, max_length, threads)  # fmt: skip
 
 
 @app.command()

@@ -6,7 +6,18 @@ batch holds ``max_batch`` records or ``max_wait`` seconds have passed since that
 arrived, whichever comes first, then answers the batch in one engine call (a request is never
 split: a list longer than ``max_batch`` runs alone, cut into batches by ``predict``). While the
 worker runs a batch, new requests queue, so under load batches fill by themselves and at a
-light load a request waits at most ``max_wait``.
+light load a request waits at most ``max_wait``. ``aclpipe serve`` waits 0 ms by default:
+batches form only from what queued while the worker was busy. On the CPU waiting did not pay
+(tiny test model, open-loop load at 20, 160 and 453 requests/s, two runs each: p50 14.9/13.5,
+31.2/14.0 and 1232/1167 ms at 0 ms against 20.9/22.0, 38.0/107.9 and 2521/3754 ms at 2 ms,
+and a lower saturation throughput, 238-250 against 156-190 answers/s): batching gains 1.3-1.4x
+in throughput there (README, "What aclpipe predict gets"), while a wait is paid in full by
+every request of a light load.
+
+The worker is a thread, not the event loop itself: a variant that ran batches inside the loop
+(no hand-over between threads; commit 6f297d9) measured worse on the same load, p50 17.0/12.2
+ms at 20 requests/s and 26.0/37.2 ms at 160 against the thread's 13.1/10.2 and 15.3/13.3 ms,
+since the loop reads no request while a batch runs.
 
 Admission is bounded: ``submit`` refuses a request (returns None; the server answers 503 with
 Retry-After) when the records admitted but not yet running would exceed ``max_queue``. So the
@@ -25,9 +36,7 @@ place when the engines change.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import json
 import threading
 import time
@@ -74,7 +83,7 @@ class MicroBatcher:
         self,
         answer: Callable[[list[Pair]], list[dict]],
         max_batch: int = 32,
-        max_wait: float = 0.002,
+        max_wait: float = 0.0,
         max_queue: int = 256,
         on_batch: Callable[[int], None] = lambda size: None,
         on_depth: Callable[[int], None] = lambda depth: None,
@@ -148,89 +157,4 @@ class MicroBatcher:
             start = 0
             for job in batch:
                 job.future.set_result(rows[start : start + len(job.pairs)])
-                start += len(job.pairs)
-
-
-class LoopBatcher:
-    """The same micro-batching run inside the server's event loop, with no worker thread.
-
-    ``run()`` is a task of the loop; it calls the engine directly, so while a batch runs the
-    loop reads nothing and requests arriving meanwhile wait in the kernel's socket buffers;
-    when it returns, the loop reads them all and the next batch takes every one admitted. A
-    request is answered with no hand-over between threads (``MicroBatcher`` wakes its worker
-    and then the loop for every batch: on a busy machine each wake-up waits for a core).
-    Same interface as ``MicroBatcher``; ``submit`` and ``close`` are called in the loop."""
-
-    def __init__(
-        self,
-        answer: Callable[[list[Pair]], list[dict]],
-        max_batch: int = 32,
-        max_wait: float = 0.002,
-        max_queue: int = 256,
-        on_batch: Callable[[int], None] = lambda size: None,
-        on_depth: Callable[[int], None] = lambda depth: None,
-    ) -> None:
-        self.answer, self.max_batch, self.max_wait = answer, max_batch, max_wait
-        self.max_queue = max_queue
-        self.on_batch, self.on_depth = on_batch, on_depth
-        self._jobs: collections.deque[tuple[Job, asyncio.Future]] = collections.deque()
-        self._waiting = 0
-        self._closing = False
-        self._wake: asyncio.Event | None = None
-
-    def submit(self, pairs: list[Pair]) -> asyncio.Future | None:
-        if self._closing or self._waiting + len(pairs) > self.max_queue:
-            return None
-        future = asyncio.get_running_loop().create_future()
-        self._jobs.append((Job(pairs), future))
-        self._waiting += len(pairs)
-        self.on_depth(self._waiting)
-        if self._wake is not None:
-            self._wake.set()
-        return future
-
-    def close(self) -> None:
-        self._closing = True
-        if self._wake is not None:
-            self._wake.set()
-
-    async def run(self) -> None:
-        """Batch until closed and empty."""
-        self._wake = asyncio.Event()
-        while True:
-            while not self._jobs:
-                if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            for _ in range(3):  # let requests read in the same turn of the loop reach submit
-                await asyncio.sleep(0)
-            deadline = self._jobs[0][0].arrived + self.max_wait
-            while not self._closing and self._waiting < self.max_batch:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), left)
-            batch = [self._jobs.popleft()]
-            size = len(batch[0][0].pairs)
-            while self._jobs and size + len(self._jobs[0][0].pairs) <= self.max_batch:
-                size += len(self._jobs[0][0].pairs)
-                batch.append(self._jobs.popleft())
-            self._waiting -= size
-            self.on_depth(self._waiting)
-            self.on_batch(size)
-            pairs = [pair for job, _ in batch for pair in job.pairs]
-            try:
-                rows = self.answer(pairs)  # blocks the loop for the batch (docstring)
-            except Exception as err:  # every job of the batch learns it; the loop lives on
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(err)
-                continue
-            start = 0
-            for job, future in batch:
-                if not future.done():  # a client that went away cancelled its future
-                    future.set_result(rows[start : start + len(job.pairs)])
                 start += len(job.pairs)

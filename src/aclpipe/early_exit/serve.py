@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aclpipe.early_exit.policies import NO_EXIT
-from aclpipe.early_exit.scheduler import LoopBatcher, MicroBatcher, Pair, PredictorAdapter
+from aclpipe.early_exit.scheduler import MicroBatcher, Pair, PredictorAdapter
 from aclpipe.errors import UserError
 
 RETRY_AFTER_SECONDS = 1
@@ -49,8 +49,6 @@ WARMUP_TEXT = "a warm-up sentence for the engine ."
 # for the other to drop it. Measured on the tiny test model, one request at a time on a loaded
 # 2-core machine: 5.75 ms a request at the default, 1.29 ms at 0.2 ms (0.5 ms in process).
 SWITCH_INTERVAL = 0.0002
-# loop: batches run in the event loop's thread; thread: in a worker thread (scheduler.py)
-SCHEDULERS = {"loop": LoopBatcher, "thread": MicroBatcher}
 
 
 @dataclass(frozen=True)
@@ -137,9 +135,7 @@ class Metrics:
         self.records = Counter("aclpipe_records", "Records answered", registry=self.registry)
 
 
-def build_app(
-    batcher: MicroBatcher | LoopBatcher, metrics: Metrics, limits: Limits, describe: dict
-):
+def build_app(batcher: MicroBatcher, metrics: Metrics, limits: Limits, describe: dict):
     """The Starlette app over a running batcher; ``describe`` is /readyz's body."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
@@ -211,11 +207,8 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        task = asyncio.create_task(batcher.run()) if isinstance(batcher, LoopBatcher) else None
         yield
         batcher.close()  # after uvicorn has drained the connections: nothing is waiting
-        if task is not None:
-            await task
 
     app = Starlette(
         routes=[
@@ -263,12 +256,11 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     max_batch: int = 32,
-    max_wait_ms: float = 2.0,
+    max_wait_ms: float = 0.0,
     max_queue: int = 256,
     max_body: int = 65536,
     max_length: int = 128,
     threads: int | None = None,
-    scheduler: str = "loop",
 ) -> None:
     """Load, warm up, bind, serve until SIGTERM or Ctrl-C, drain (module docstring)."""
     if max_batch < 1 or max_queue < max_batch or max_wait_ms < 0 or max_body < 64:
@@ -278,8 +270,6 @@ def serve(
         )
     if threads is not None and threads < 1:
         raise UserError("--threads must be >= 1")
-    if scheduler not in SCHEDULERS:
-        raise UserError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
     from aclpipe.early_exit.predict import Predictor
 
     predictor = Predictor(model, policy, threshold, engine, batch_size=max_batch,
@@ -297,7 +287,7 @@ def serve(
     sock = bind(host, port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     metrics = Metrics(adapter.exits)
-    batcher = SCHEDULERS[scheduler](
+    batcher = MicroBatcher(
         adapter.answer, max_batch, max_wait_ms / 1000, max_queue,
         on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
     )  # fmt: skip
@@ -307,7 +297,7 @@ def serve(
         "engine": predictor.engine_name, "policy": predictor.policy,
         "threshold": predictor.threshold, "setting_source": predictor.setting_source,
         "exits": adapter.exits, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
-        "max_queue": max_queue, "scheduler": scheduler,
+        "max_queue": max_queue,
     }  # fmt: skip
     app = build_app(batcher, metrics, Limits(max_body, max_queue), describe)
     bound_host, bound_port = sock.getsockname()[:2]
