@@ -338,5 +338,8 @@ def test_micro_batcher_bounds_batches_and_the_queue() -> None:
     for job, future in zip(jobs[:3], futures[:3]):
         assert [r["text"] for r in future.result(5)] == [a for a, _ in job]
     assert sizes[0] == 1 and max(sizes) <= 4 and sum(sizes) == 7
+    gone = batcher.submit([("gone", None)])  # its client left: cancelled before it runs
+    assert gone.cancel()
+    assert batcher.submit([("after", None)]).result(5)[0]["text"] == "after"  # worker lives on
     batcher.close(5)
     assert batcher.submit([("late", None)]) is None

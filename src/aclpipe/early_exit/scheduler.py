@@ -147,6 +147,11 @@ class MicroBatcher:
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:
+            # a job whose waiter went away (its asyncio wrapper cancelled) is cancelled too:
+            # skip it, and never set a result on it (that raises and would end the worker)
+            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
             pairs = [pair for job in batch for pair in job.pairs]
             try:
                 rows = self.answer(pairs)
