@@ -10,19 +10,22 @@ Four servers, one after another, each a real ``aclpipe serve`` process on an eph
   (``--engine torch --policy none --max-batch 1``: one request, one model call, in turn).
 
 For each server the generator offers rates in steps (``--rates``, requests/s, each step
-``--seconds`` long): arrival times drawn from a Poisson process (exponential gaps, seeded), each
-request sent at its time whatever the replies (open loop: a slow server cannot slow the
-arrivals, so queueing shows), one SST-2 dev sentence per request, in order. A request's latency
-runs from its scheduled time to the last byte of its answer; one not answered within
+``--seconds`` long, or ``--min-requests`` long at a slow rate): arrival times drawn from a
+Poisson process (exponential gaps, seeded), each request sent at its time whatever the replies
+(open loop: a slow server cannot slow the arrivals, so queueing shows), one SST-2 dev sentence
+per request, in order. A request's latency runs from its scheduled time to the last byte of
+its answer (``p50_s``...; ``p50_from_send_s`` counts from the moment it was written instead,
+leaving out the generator's own lateness on a busy machine); one not answered within
 ``--timeout`` seconds counts as an error, as does any status but 200 (503 from a full queue
 included). Per rate: p50/p95/p99 latency, throughput (answers per second of the step) and
 errors. A server's steps stop at the first rate it cannot keep up with (errors over 5%, or p99
 over 1 s): past saturation.
 
-Targets (issue 37), each a ratio from this one run: the highest rate held (p99 <= 50 ms, no
-errors) by the early-exit server is >= 5x the naive deployment's and >= 1.5x the full-model
-ONNX server's; at the lightest rate its p50 is within 1 ms + 20% of in-process batch-1 `predict`
-time for the same sentences (timed here, in this process, with the same engine and thread).
+Targets (issue 37), each a ratio from this one run: the highest rate held (p99 <= 50 ms and no
+errors, at that rate and every lower one) by the early-exit server is >= 5x the naive
+deployment's and >= 1.5x the full-model ONNX server's; at the lightest rate its p50 is within
+1 ms + 20% of in-process batch-1 `predict` time for the same sentences (timed here, in this
+process, with the same engine, setting and one thread).
 
 Usage (from the repository root, after ``dvc repro``; a few minutes)::
 
@@ -188,6 +191,18 @@ def held(step: dict) -> bool:
     return step["errors"] == 0 and step["p99_s"] is not None and step["p99_s"] <= P99_TARGET
 
 
+def held_from_the_bottom(steps: list[dict]) -> float:
+    """The highest rate with every step up to it held (0 when the lowest is not): the figure
+    the targets compare, stricter than the highest held step, which noise can leave above a
+    failed one."""
+    rate = 0.0
+    for step in steps:
+        if not held(step):
+            break
+        rate = step["offered_per_s"]
+    return rate
+
+
 def in_process_batch1(export: Path, options: list[str], sentences: list[str]) -> float:
     """Median seconds of one `predict` call at batch 1 (whole path), same engine, 1 thread."""
     from aclpipe.early_exit.predict import Predictor
@@ -209,6 +224,7 @@ def plot(results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for name, steps in results.items():
@@ -220,6 +236,10 @@ def plot(results: dict, path: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel="offered load (requests/s, Poisson)",
                ylabel="ms", title=title)  # fmt: skip
         ax.grid(True, which="both", alpha=0.3)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks([s["offered_per_s"] for s in max(results.values(), key=len)])
     axes[1].legend(fontsize=8)
     fig.suptitle("aclpipe serve, SST-2 dev sentences, 1 thread, 127.0.0.1 (dotted: 50 ms)")
     fig.tight_layout()
@@ -235,6 +255,9 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
     parser.add_argument("--rates", default="10,14,20,28,40,57,80,113,160,226,320,453,640")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each rate's step")
+    parser.add_argument(
+        "--min-requests", type=int, default=100, help="a slow rate's step lasts this many requests"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a request fails")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each server")
     parser.add_argument("--max-wait-ms", type=float, default=0.0, help="the servers' max wait")
@@ -257,7 +280,8 @@ def main() -> None:
         asyncio.run(offer(server.port, 20, 1.0, sentences, 0, args.timeout))  # warm-up
         steps = []
         for i, rate in enumerate(rates):
-            step = asyncio.run(offer(server.port, rate, args.seconds, sentences, i, args.timeout))
+            seconds = max(args.seconds, args.min_requests / rate)
+            step = asyncio.run(offer(server.port, rate, seconds, sentences, i, args.timeout))
             steps.append(step)
             print(f"{name} {rate:g}/s: {json.dumps(step)}", file=sys.stderr, flush=True)
             if step["error_share"] > SATURATED_ERRORS or (step["p99_s"] or 0) > SATURATED_P99:
@@ -273,17 +297,19 @@ def main() -> None:
             light[name] = {
                 "in_process_batch1_s": round(seconds, 5),
                 "server_p50_s": first["p50_s"],
+                "server_p50_from_send_s": first["p50_from_send_s"],
                 "offered_per_s": first["offered_per_s"],
                 "bound_s": round(0.001 + 1.2 * seconds, 5),
                 "met": first["p50_s"] is not None and first["p50_s"] <= 0.001 + 1.2 * seconds,
             }
     best = {n: max([s["offered_per_s"] for s in steps if held(s)], default=0.0)
             for n, steps in results.items()}  # fmt: skip
+    held_up_to = {n: held_from_the_bottom(steps) for n, steps in results.items()}
     targets = []
     for name in ("ee-fp32", "ee-int8"):
         for other, goal in (("naive-torch", 5.0), ("full-onnx", 1.5)):
-            if name in best and best.get(other):
-                value = best[name] / best[other]
+            if name in held_up_to and held_up_to.get(other):
+                value = held_up_to[name] / held_up_to[other]
                 targets.append({"ratio": f"{name}/{other}", "value": round(value, 2),
                                 "target": goal, "met": value >= goal})  # fmt: skip
     out = {
@@ -299,13 +325,15 @@ def main() -> None:
         "exit_codes_after_sigterm": stopped,
         "steps": results,
         "highest_rate_held_p99_50ms": best,
+        "held_up_to_p99_50ms": held_up_to,
         "targets": targets,
         "light_load_p50": light,
         "wall_seconds": round(time.perf_counter() - began, 1),
     }
     write_text(args.out, json.dumps(out, indent=2) + "\n")
     plot(results, args.figure)
-    print(json.dumps({"held": best, "targets": targets, "light": light}, indent=2))
+    print(json.dumps({"held": best, "held_up_to": held_up_to, "targets": targets,
+                      "light": light}, indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":
