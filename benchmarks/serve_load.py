@@ -5,6 +5,8 @@ Four servers, one after another, each a real ``aclpipe serve`` process on an eph
 
 - ``ee-fp32``: early exit on ONNX Runtime at the export's default setting (float32 segments);
 - ``ee-int8``: the same with the int8 segments (``--precision int8``), when the export has them;
+- ``ee-fp32-iteration``, ``ee-int8-iteration``: the same two with ``--scheduler iteration``
+  (iteration-level scheduling; the others micro-batch, ``--scheduler batch``);
 - ``full-onnx``: the same server with ``--policy none`` (the full model on ONNX Runtime);
 - ``naive-torch``: the naive deployment, the full PyTorch model called once per request
   (``--engine torch --policy none --max-batch 1``: one request, one model call, in turn).
@@ -74,9 +76,11 @@ def contenders(
     export: Path, record: dict, threads: int, max_wait_ms: float
 ) -> dict[str, list[str]]:
     common = ["--threads", str(threads), "--max-wait-ms", str(max_wait_ms)]
-    out = {"ee-fp32": common}
+    iteration = ["--scheduler", "iteration"]
+    out = {"ee-fp32": common, "ee-fp32-iteration": [*common, *iteration]}
     if (record.get("int8") or {}).get("segments"):
         out["ee-int8"] = [*common, "--precision", "int8"]
+        out["ee-int8-iteration"] = [*common, "--precision", "int8", *iteration]
     out["full-onnx"] = [*common, "--policy", "none"]
     out["naive-torch"] = [*common, "--engine", "torch", "--policy", "none", "--max-batch", "1"]
     return out
@@ -289,7 +293,7 @@ def main() -> None:
         stopped[name] = server.stop()
         results[name] = steps
     light = {}
-    for name in ("ee-fp32", "ee-int8"):
+    for name in [n for n in results if n.startswith("ee-")]:
         if name in results:
             options = servers[name]
             seconds = in_process_batch1(args.export, options, sentences[: args.light])
@@ -306,7 +310,7 @@ def main() -> None:
             for n, steps in results.items()}  # fmt: skip
     held_up_to = {n: held_from_the_bottom(steps) for n, steps in results.items()}
     targets = []
-    for name in ("ee-fp32", "ee-int8"):
+    for name in [n for n in results if n.startswith("ee-")]:
         for other, goal in (("naive-torch", 5.0), ("full-onnx", 1.5)):
             if name in held_up_to and held_up_to.get(other):
                 value = held_up_to[name] / held_up_to[other]

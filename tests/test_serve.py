@@ -173,14 +173,18 @@ def errors_by_kind(conn: http.client.HTTPConnection) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_a_malformed_mix_every_answer_as_predict(export_dir: Path, threshold: float) -> None:
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_a_malformed_mix_every_answer_as_predict(
+    export_dir: Path, threshold: float, scheduler: str
+) -> None:
     """2,000 requests, 5% malformed, from 8 client threads: each malformed one a 4xx with a
     one-line JSON error of its kind, each valid one predict's label and exit layer (probability
-    within 1e-4), none dropped; the error counter in /metrics agrees."""
+    within 1e-4), none dropped; the error counter in /metrics agrees. Under both schedulers."""
     expected = expected_answers(export_dir, threshold)
     assert len({r["exit_layer"] for r in expected.values()}) > 1  # the policy exits early
     server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
-                    "--max-body", str(MAX_BODY), "--max-batch", "16", "--max-wait-ms", "2")  # fmt: skip
+                    "--max-body", str(MAX_BODY), "--max-batch", "16", "--max-wait-ms", "2",
+                    "--scheduler", scheduler)  # fmt: skip
     mix = request_mix(MIX_REQUESTS)
     lanes = [mix[i::8] for i in range(8)]
 
@@ -209,7 +213,7 @@ def test_a_malformed_mix_every_answer_as_predict(export_dir: Path, threshold: fl
     assert counted == sent
     _, modules = server.stop()
     assert modules == []
-    print(f"\n{MIX_REQUESTS} requests in {seconds:.1f} s")
+    print(f"\n{MIX_REQUESTS} requests in {seconds:.1f} s ({scheduler})")
 
 
 def burst(port: int, bodies: list[bytes]) -> list[tuple[int, dict, bytes]]:

@@ -431,13 +431,21 @@ def serve(
         int | None,
         typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
     ] = None,
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            "--scheduler",
+            help="batch (dynamic micro-batching) or iteration (onnx: records leave at their "
+            "exit, waiting requests join at the next segment).",
+        ),
+    ] = "batch",
 ) -> None:
     """Serve the model over HTTP: POST /predict (predict's records), /healthz, /readyz,
     /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
     from aclpipe.early_exit.serve import serve as run_server
 
     run_server(model, policy, threshold, engine, precision, host, port, max_batch, max_wait_ms,
-               max_queue, max_body, max_length, threads)  # fmt: skip
+               max_queue, max_body, max_length, threads, scheduler)  # fmt: skip
 
 
 @app.command()

@@ -35,8 +35,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aclpipe.early_exit.iteration import IterationScheduler
 from aclpipe.early_exit.policies import NO_EXIT
-from aclpipe.early_exit.scheduler import MicroBatcher, Pair, PredictorAdapter
+from aclpipe.early_exit.scheduler import Job, MicroBatcher, Pair, PredictorAdapter
 from aclpipe.errors import UserError
 
 RETRY_AFTER_SECONDS = 1
@@ -44,6 +45,8 @@ LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 
                    0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WARMUP_TEXT = "a warm-up sentence for the engine ."
+# batch: dynamic micro-batching (scheduler.py); iteration: iteration-level (iteration.py)
+SCHEDULERS = ("batch", "iteration")
 # The GIL's switch interval while serving (Python's default is 5 ms). The event loop and the
 # batch worker hand each request over twice; a thread that wants the GIL waits up to this long
 # for the other to drop it. Measured on the tiny test model, one request at a time on a loaded
@@ -135,7 +138,9 @@ class Metrics:
         self.records = Counter("aclpipe_records", "Records answered", registry=self.registry)
 
 
-def build_app(batcher: MicroBatcher, metrics: Metrics, limits: Limits, describe: dict):
+def build_app(
+    batcher: MicroBatcher | IterationScheduler, metrics: Metrics, limits: Limits, describe: dict
+):
     """The Starlette app over a running batcher; ``describe`` is /readyz's body."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
@@ -261,6 +266,7 @@ def serve(
     max_body: int = 65536,
     max_length: int = 128,
     threads: int | None = None,
+    scheduler: str = "batch",
 ) -> None:
     """Load, warm up, bind, serve until SIGTERM or Ctrl-C, drain (module docstring)."""
     if max_batch < 1 or max_queue < max_batch or max_wait_ms < 0 or max_body < 64:
@@ -270,6 +276,8 @@ def serve(
         )
     if threads is not None and threads < 1:
         raise UserError("--threads must be >= 1")
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
     from aclpipe.early_exit.predict import Predictor
 
     predictor = Predictor(model, policy, threshold, engine, batch_size=max_batch,
@@ -284,20 +292,29 @@ def serve(
                 f"the model in {model} fails on a warm-up sentence ({type(err).__name__}: "
                 f"{reason}): export it again with `aclpipe export-exits`"
             ) from err
+    segments = (
+        _segment_adapter(model, predictor, threads, precision) if scheduler == "iteration" else None
+    )
     sock = bind(host, port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     metrics = Metrics(adapter.exits)
-    batcher = MicroBatcher(
-        adapter.answer, max_batch, max_wait_ms / 1000, max_queue,
-        on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
-    )  # fmt: skip
+    if segments is None:
+        batcher = MicroBatcher(
+            adapter.answer, max_batch, max_wait_ms / 1000, max_queue,
+            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
+        )  # fmt: skip
+    else:
+        batcher = IterationScheduler(
+            segments, max_batch, max_queue,
+            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
+        )  # fmt: skip
     setting = predictor.policy if predictor.policy == NO_EXIT else (
         f"{predictor.policy} {predictor.threshold:g}")  # fmt: skip
     describe = {
         "engine": predictor.engine_name, "policy": predictor.policy,
         "threshold": predictor.threshold, "setting_source": predictor.setting_source,
         "exits": adapter.exits, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
-        "max_queue": max_queue,
+        "max_queue": max_queue, "scheduler": scheduler,
     }  # fmt: skip
     app = build_app(batcher, metrics, Limits(max_body, max_queue), describe)
     bound_host, bound_port = sock.getsockname()[:2]
@@ -309,6 +326,34 @@ def serve(
         flush=True,
     )
     _run(app, sock)
+
+
+def _segment_adapter(model: Path, predictor, threads: int | None, precision: str):
+    """The iteration scheduler's view of the onnx engine, warmed up (one warm-up request
+    through every segment)."""
+    from aclpipe.early_exit.iteration import SegmentAdapter
+    from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+
+    if not predictor.engine_name.startswith("onnx"):
+        raise UserError(
+            "--scheduler iteration runs on the onnx engine only: drop --engine torch, or use "
+            "--scheduler batch"
+        )
+    runtime = OnnxEarlyExit(model, predictor.policy, predictor.threshold, threads=threads,
+                            precision=precision)  # fmt: skip
+    segments = SegmentAdapter(predictor, runtime)
+    job = Job([(WARMUP_TEXT, None)])
+    try:
+        cohort = segments.start([(job, 0)], job.pairs)
+        while cohort.owners:
+            segments.step(cohort)
+    except Exception as err:  # as the batch warm-up's
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise UserError(
+            f"the model in {model} fails on a warm-up sentence ({type(err).__name__}: "
+            f"{reason}): export it again with `aclpipe export-exits`"
+        ) from err
+    return segments
 
 
 def _run(app, sock: socket.socket) -> None:
