@@ -230,8 +230,9 @@ def burst(port: int, bodies: list[bytes]) -> list[tuple[int, dict, bytes]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
 def test_overload_gets_503_with_retry_after_then_normal_service(
-    export_dir: Path, threshold: float
+    export_dir: Path, threshold: float, scheduler: str
 ) -> None:
     """Bursts of 150 requests at once against a queue of 8 records: the rest get 503 with
     Retry-After, the admitted ones predict's answers, memory stays flat over three bursts, and
@@ -239,7 +240,8 @@ def test_overload_gets_503_with_retry_after_then_normal_service(
     expected = expected_answers(export_dir, threshold)
     pairs = [p for p in expected if p[1] is None]
     server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
-                    "--max-queue", "8", "--max-batch", "8", "--max-wait-ms", "20")  # fmt: skip
+                    "--max-queue", "8", "--max-batch", "8", "--max-wait-ms", "20",
+                    "--scheduler", scheduler)  # fmt: skip
     rss = []
     for round_ in range(3):
         chosen = [pairs[(round_ + i) % len(pairs)] for i in range(150)]
