@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aclpipe.early_exit.iteration import IterationScheduler
+from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
 from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.scheduler import Job, MicroBatcher, Pair, PredictorAdapter
 from aclpipe.errors import UserError
@@ -320,8 +320,8 @@ def serve(
     bound_host, bound_port = sock.getsockname()[:2]
     print(
         f"aclpipe serve: http://{bound_host}:{bound_port} (engine {predictor.engine_name}, "
-        f"policy {setting} ({predictor.setting_source}), max batch {max_batch}, max wait "
-        f"{max_wait_ms:g} ms, queue {max_queue} records); SIGTERM or Ctrl-C drains and stops",
+        f"policy {setting} ({predictor.setting_source}), scheduler {scheduler}, max batch "
+        f"{max_batch}, max wait {max_wait_ms:g} ms, queue {max_queue} records); SIGTERM or Ctrl-C drains and stops",
         file=sys.stderr,
         flush=True,
     )
@@ -331,7 +331,6 @@ def serve(
 def _segment_adapter(model: Path, predictor, threads: int | None, precision: str):
     """The iteration scheduler's view of the onnx engine, warmed up (one warm-up request
     through every segment)."""
-    from aclpipe.early_exit.iteration import SegmentAdapter
     from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 
     if not predictor.engine_name.startswith("onnx"):
