@@ -73,14 +73,16 @@ def sst2_dev(glue_dir: Path) -> list[str]:
 
 
 def contenders(
-    export: Path, record: dict, threads: int, max_wait_ms: float
+    export: Path, record: dict, threads: int, max_wait_ms: float, setting: list[str]
 ) -> dict[str, list[str]]:
+    """Each server's options; ``setting`` is the early-exit servers' ``--policy`` and
+    ``--threshold`` (empty: the export's default setting)."""
     common = ["--threads", str(threads), "--max-wait-ms", str(max_wait_ms)]
     iteration = ["--scheduler", "iteration"]
-    out = {"ee-fp32": common, "ee-fp32-iteration": [*common, *iteration]}
+    out = {"ee-fp32": [*common, *setting], "ee-fp32-iteration": [*common, *setting, *iteration]}
     if (record.get("int8") or {}).get("segments"):
-        out["ee-int8"] = [*common, "--precision", "int8"]
-        out["ee-int8-iteration"] = [*common, "--precision", "int8", *iteration]
+        out["ee-int8"] = [*common, *setting, "--precision", "int8"]
+        out["ee-int8-iteration"] = [*common, *setting, "--precision", "int8", *iteration]
     out["full-onnx"] = [*common, "--policy", "none"]
     out["naive-torch"] = [*common, "--engine", "torch", "--policy", "none", "--max-batch", "1"]
     return out
@@ -207,12 +209,17 @@ def held_from_the_bottom(steps: list[dict]) -> float:
     return rate
 
 
-def in_process_batch1(export: Path, options: list[str], sentences: list[str]) -> float:
-    """Median seconds of one `predict` call at batch 1 (whole path), same engine, 1 thread."""
+def in_process_batch1(
+    export: Path, options: list[str], sentences: list[str], policy: str | None,
+    threshold: float | None,
+) -> float:  # fmt: skip
+    """Median seconds of one `predict` call at batch 1 (whole path), same engine and setting,
+    1 thread."""
     from aclpipe.early_exit.predict import Predictor
 
     precision = "int8" if "int8" in options else "fp32"
-    predictor = Predictor(export, batch_size=1, threads=1, precision=precision)
+    predictor = Predictor(export, policy, threshold, batch_size=1, threads=1,
+                          precision=precision)  # fmt: skip
     for sentence in sentences[:20]:
         list(predictor.records([sentence]))
     took = []
@@ -264,6 +271,8 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a request fails")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each server")
+    parser.add_argument("--policy", help="early-exit servers' policy (default: the export's)")
+    parser.add_argument("--threshold", type=float, help="and its threshold")
     parser.add_argument("--max-wait-ms", type=float, default=0.0, help="the servers' max wait")
     parser.add_argument("--only", help="comma-separated servers to run (default: all)")
     parser.add_argument("--light", type=int, default=200, help="sentences timed in process")
@@ -271,11 +280,14 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, default=Path("reports/serve/latency_vs_load.png"))
     args = parser.parse_args()
     record = json.loads((args.export / "export.json").read_text(encoding="utf-8"))
+    setting = ["--policy", args.policy] if args.policy else []
+    if args.threshold is not None:
+        setting += ["--threshold", repr(args.threshold)]
     sentences = sst2_dev(args.glue_dir)
     rates = [float(r) for r in args.rates.split(",")]
     began = time.perf_counter()
     results, banners, stopped = {}, {}, {}
-    servers = contenders(args.export, record, args.threads, args.max_wait_ms)
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting)
     if args.only:
         servers = {n: o for n, o in servers.items() if n in args.only.split(",")}
     for name, options in servers.items():
@@ -296,7 +308,9 @@ def main() -> None:
     for name in [n for n in results if n.startswith("ee-")]:
         if name in results:
             options = servers[name]
-            seconds = in_process_batch1(args.export, options, sentences[: args.light])
+            seconds = in_process_batch1(
+                args.export, options, sentences[: args.light], args.policy, args.threshold
+            )
             first = results[name][0]
             light[name] = {
                 "in_process_batch1_s": round(seconds, 5),
@@ -320,6 +334,9 @@ def main() -> None:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "export": str(args.export),
         "default_setting": record.get("default_setting"),
+        "early_exit_setting": {"policy": args.policy, "threshold": args.threshold}
+        if args.policy
+        else "the export's default_setting",
         "machine": machine(),
         "load_average_at_end": os.getloadavg(),
         "threads": args.threads,
