@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from aclpipe.stages.prepare import carve_validation, prepare
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
@@ -18,6 +17,7 @@ from aclpipe.data.fewshot import allocate, stratified_ids
 from aclpipe.data.glue_sources import Example, read_local
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
+from aclpipe.stages.prepare import carve_validation, prepare
 
 SST2, COLA = get_task("sst2"), get_task("cola")
 

@@ -244,6 +244,64 @@ def predict(
                  threads=threads, precision=precision, console=err_console)  # fmt: skip
 
 
+@app.command()
+@user_errors
+def serve(
+    model: Annotated[
+        Path,
+        typer.Option("--model", help="As predict's: the folder `aclpipe export-exits` writes."),
+    ],
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="As predict's: entropy, patience, confidence, or none."),
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option("--threshold", help="As predict's.")
+    ] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="As predict's.")] = None,
+    precision: Annotated[str, typer.Option("--precision", help="As predict's.")] = "fp32",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; 0.0.0.0 opens it to the network.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port; 0 takes a free one.")] = 8000,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", help="Most records in one engine batch.")
+    ] = 32,
+    max_wait_ms: Annotated[
+        float,
+        typer.Option("--max-wait-ms", help="Longest wait for a batch to fill, from its oldest record."),
+    ] = 0.0,
+    max_queue: Annotated[
+        int,
+        typer.Option("--max-queue", help="Records waiting before requests get 503 and Retry-After."),
+    ] = 256,
+    max_body: Annotated[
+        int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")
+    ] = 65536,
+    max_length: Annotated[
+        int, typer.Option("--max-length", help="Tokens per input after truncation.")
+    ] = 128,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
+    ] = None,
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            "--scheduler",
+            help="batch (dynamic micro-batching) or iteration (onnx: records leave at their "
+            "exit, waiting requests join at the next segment).",
+        ),
+    ] = "batch",
+) -> None:
+    """Serve the model over HTTP: POST /predict (predict's records), /healthz, /readyz,
+    /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
+    from aclpipe.early_exit.serve import serve as run_server
+
+    run_server(model, policy, threshold, engine, precision, host, port, max_batch, max_wait_ms,
+               max_queue, max_body, max_length, threads, scheduler)  # fmt: skip
+
+
 app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands
 app.add_typer(campaign_app, name="campaign")
 

@@ -1,0 +1,192 @@
+"""Iteration-level scheduling for ``aclpipe serve --scheduler iteration`` (the onnx engine).
+
+As LLM servers schedule tokens, this schedules segments: the running set is a list of
+cohorts, each a batch of records at the same depth (the next segment to run). One iteration
+starts a new cohort from the requests waiting (up to ``max_batch`` records running in all),
+then runs one segment for every cohort, oldest first. After each segment the exit policy
+decides per record (``policies.step``, as both engines do); a record that leaves is answered
+at once, its job's answer sent as soon as its last record is done, and it frees its place for
+the requests waiting, which join at the next iteration. So an easy record answers after its
+first segments, whatever the rest of the traffic, and a request waits at most one iteration to
+start. Cohorts at different depths run different segments, so they cannot share an engine
+call: an iteration makes one call per live depth.
+
+The engine is reached through ``SegmentAdapter`` alone: the ONNX runtime's graphs
+(``OnnxEarlyExit``: its embeddings and segment sessions, policy, window) and predict's
+``Predictor`` for tokenizing and the output records, so the answers are predict's.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aclpipe.early_exit.policies import NO_EXIT, step
+from aclpipe.early_exit.predict import _softmax
+from aclpipe.early_exit.scheduler import Job, Pair
+from aclpipe.early_exit.tokens import encode, pad
+
+
+@dataclass
+class Cohort:
+    states: np.ndarray  # [S, b, T, H]
+    mask: np.ndarray  # [b, T] int64
+    seen: list  # per row: its policy window (the logits of its newest exits)
+    owners: list  # per row: (job, index of the record in the job)
+    depth: int = 0  # the next segment to run
+
+
+class SegmentAdapter:
+    """One segment at a time over ``runtime`` (an ``OnnxEarlyExit``) with ``predictor``'s
+    tokenizer and records."""
+
+    def __init__(self, predictor, runtime) -> None:
+        self.predictor, self.runtime = predictor, runtime
+        self.exits: list[int] = list(runtime.exits)
+
+    def start(self, owners: list, pairs: list[Pair]) -> Cohort:
+        arrays = pad(encode(self.predictor.tokenizer, pairs), self.predictor.pad_id)  # [b, T]
+        feed = {name: arrays[name] for name in self.runtime.inputs}
+        (states,) = self.runtime.embeddings.run(None, feed)  # [S, b, T, H]
+        return Cohort(states, arrays["attention_mask"], [[] for _ in pairs], owners)
+
+    def step(self, cohort: Cohort) -> list[tuple[tuple, dict]]:
+        """Run the cohort's next segment; ``(owner, record)`` for every row that leaves (the
+        cohort keeps the others, its padding trimmed as the runtime trims it)."""
+        rt, k = self.runtime, cohort.depth
+        feed = {"states": cohort.states, "attention_mask": cohort.mask}
+        states, logits = rt.segments[k].run(None, feed)  # [S, b, T, H], [b, C]
+        if k == len(rt.segments) - 1:
+            leave = [True] * len(cohort.owners)
+        elif rt.policy == NO_EXIT:
+            leave = [False] * len(cohort.owners)
+        else:
+            cohort.seen, leave = step(rt.policy, rt.threshold, cohort.seen, logits.tolist(),
+                                      rt.window, rt.regression, rt.eps)  # fmt: skip
+        done = []
+        if any(leave):
+            gone = np.array(leave)
+            rows = logits[gone]  # [l, C]
+            probs = _softmax(rows.astype(np.float32))
+            owners = [o for o, out in zip(cohort.owners, leave) if out]
+            for owner, row, prob in zip(owners, rows.tolist(), probs.tolist()):
+                record = self.predictor._record(row, prob, self.exits[k])
+                job, index = owner
+                record["text"] = "\t".join(t for t in job.pairs[index] if t is not None)
+                done.append((owner, record))
+            stay = ~gone
+            cohort.owners = [o for o, out in zip(cohort.owners, leave) if not out]
+            cohort.seen = [w for w, out in zip(cohort.seen, leave) if not out]
+            if cohort.owners:
+                mask = cohort.mask[stay]
+                longest = int(mask.sum(axis=1).max())
+                cohort.mask = np.ascontiguousarray(mask[:, :longest])
+                states = np.ascontiguousarray(states[:, stay, :longest])
+        cohort.states, cohort.depth = states, k + 1
+        return done
+
+
+class IterationScheduler:
+    """``submit``/``close`` as ``scheduler.MicroBatcher``; a worker thread runs iterations
+    (module docstring). ``max_batch`` bounds the records running at once, ``max_queue`` those
+    waiting; ``on_batch`` sees the records running in each iteration."""
+
+    def __init__(
+        self,
+        adapter: SegmentAdapter,
+        max_batch: int = 32,
+        max_queue: int = 256,
+        on_batch: Callable[[int], None] = lambda size: None,
+        on_depth: Callable[[int], None] = lambda depth: None,
+    ) -> None:
+        self.adapter, self.max_batch, self.max_queue = adapter, max_batch, max_queue
+        self.on_batch, self.on_depth = on_batch, on_depth
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._waiting = 0
+        self._closing = False
+        self._ready = threading.Condition()
+        self._answers: dict[int, list] = {}  # id(job) -> [records so far, records left]
+        self._worker = threading.Thread(target=self._run, name="aclpipe-iterations", daemon=True)
+        self._worker.start()
+
+    def submit(self, pairs: list[Pair]):
+        job = Job(pairs)
+        with self._ready:
+            if self._closing or self._waiting + len(pairs) > self.max_queue:
+                return None
+            self._jobs.append(job)
+            self._waiting += len(pairs)
+            depth = self._waiting
+            self._ready.notify()
+        self.on_depth(depth)
+        return job.future
+
+    def close(self, timeout: float | None = None) -> None:
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._worker.join(timeout)
+
+    def _admit(self, running: int) -> list[Job] | None:
+        """Jobs that join now: whole jobs while the running records stay within max_batch (a
+        job longer than that joins alone when nothing runs); None once closed and idle."""
+        with self._ready:
+            while not self._jobs and not running:
+                if self._closing:
+                    return None
+                self._ready.wait()
+            joined, size = [], running
+            while self._jobs and (size + len(self._jobs[0].pairs) <= self.max_batch or size == 0):
+                size += len(self._jobs[0].pairs)
+                joined.append(self._jobs.popleft())
+            self._waiting -= size - running
+            depth = self._waiting
+        if joined:
+            self.on_depth(depth)
+        return [job for job in joined if job.future.set_running_or_notify_cancel()]
+
+    def _run(self) -> None:
+        cohorts: list[Cohort] = []
+        while True:
+            running = sum(len(c.owners) for c in cohorts)
+            joined = self._admit(running)
+            if joined is None:
+                return  # closed, and nothing left
+            if joined:
+                owners = [(job, i) for job in joined for i in range(len(job.pairs))]
+                for job in joined:
+                    self._answers[id(job)] = [[None] * len(job.pairs), len(job.pairs)]
+                try:
+                    cohorts.append(self.adapter.start(owners, [p for j in joined for p in j.pairs]))
+                except Exception as err:  # these jobs learn it; the worker lives on
+                    self._fail(joined, err)
+            self.on_batch(sum(len(c.owners) for c in cohorts))
+            for cohort in cohorts:
+                try:
+                    finished = self.adapter.step(cohort)
+                except Exception as err:
+                    self._fail({id(job): job for job, _ in cohort.owners}.values(), err)
+                    cohort.owners = []
+                    continue
+                for (job, index), record in finished:
+                    self._deliver(job, index, record)
+            cohorts = [c for c in cohorts if c.owners]
+
+    def _deliver(self, job: Job, index: int, record: dict) -> None:
+        answer = self._answers.get(id(job))
+        if answer is None:  # the job already failed
+            return
+        answer[0][index] = record
+        answer[1] -= 1
+        if answer[1] == 0:
+            del self._answers[id(job)]
+            job.future.set_result(answer[0])
+
+    def _fail(self, jobs, err: Exception) -> None:
+        for job in jobs:
+            if self._answers.pop(id(job), None) is not None:
+                job.future.set_exception(err)

@@ -1,0 +1,351 @@
+"""``aclpipe serve``: a real server process on an ephemeral 127.0.0.1 port, a real HTTP client.
+
+The server runs the tiny exported test model with torch and transformers blocked (the onnx
+engine's server imports neither; ``test_serving.BLOCKER`` reports what was imported). The
+scheduler test needs no model and no server. All traffic goes to 127.0.0.1, bounded in count
+and seconds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import random
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from aclpipe.exits.export import export_exits
+from test_export import SENTENCES, trained_folders
+from test_serving import BLOCKER
+
+from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.predict import Predictor
+from aclpipe.early_exit.scheduler import MicroBatcher
+from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
+from aclpipe.modeling.model import load_multi_exit
+
+MIX_REQUESTS = 2000  # the issue's count; 5% of them malformed
+MAX_BODY = 2048
+WORDS = ["good", "bad", "fun", "great", "awful", "the plot", "very", "not"]
+
+
+def records_to_send() -> list[tuple[str, str | None]]:
+    """Distinct sentences and pairs: the export tests' sentences, and variations of them."""
+    texts = list(SENTENCES)
+    rng = random.Random(1)
+    for sentence in SENTENCES:
+        for _ in range(3):
+            texts.append(f"{sentence} {rng.choice(WORDS)} {rng.choice(WORDS)}")
+    pairs = [(a, None) for a in texts]
+    pairs += [(a, b) for a, b in zip(texts[:12], texts[12:24])]
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    root = tmp_path_factory.mktemp("serve-http")
+    model_dir, data_dir = trained_folders(root, tiny_model_dir, "mean")
+    export_exits(TASKS["sst2"], model_dir, data_dir, root / "export", batch_size=4)
+    return root / "export"
+
+
+@pytest.fixture(scope="module")
+def threshold(export_dir: Path) -> float:
+    """An entropy threshold that splits the records between exits, far (in policy value) from
+    every record's entropy at the inner exits, so batching cannot flip an exit."""
+    model = load_multi_exit(export_dir / "model").eval()
+    tokenizer = load_fast_tokenizer(export_dir / "tokenizer.json", 128)
+    values = []
+    for pair in records_to_send():
+        batch = pad(encode(tokenizer, [pair]), 0)  # [1, T]
+        with torch.no_grad():
+            logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits
+        for row in logits[:-1, 0].tolist():  # the inner exits: [C] each
+            top = max(row)
+            exp = [math.exp(z - top) for z in row]
+            total = sum(exp)
+            values.append(math.log(total) - sum(e * (z - top) for e, z in zip(exp, row)) / total)
+    values.sort()
+    middle = values[len(values) // 5 : len(values) * 4 // 5]
+    gap, at = max((b - a, (a + b) / 2) for a, b in zip(middle, middle[1:]))
+    assert gap > 1e-5, gap
+    return at
+
+
+def expected_answers(export_dir: Path, threshold: float) -> dict:
+    """What `predict` answers for each record, one at a time."""
+    predictor = Predictor(export_dir, "entropy", threshold, "onnx", batch_size=1)
+    pairs = records_to_send()
+    lines = [json.dumps({"text": a} if b is None else {"text_a": a, "text_b": b}) for a, b in pairs]
+    return dict(zip(pairs, predictor.records(lines, "jsonl")))
+
+
+class Server:
+    """``aclpipe serve`` in a child process with torch and transformers blocked."""
+
+    def __init__(self, export_dir: Path, *options: str) -> None:
+        args = ["serve", "--model", str(export_dir), "--port", "0", *options]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-c", BLOCKER, *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        line = self._stderr_line(timeout=120)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert found, line
+        self.port = int(found.group(1))
+
+    def _stderr_line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stderr], [], [], timeout)
+        assert ready, "the server printed nothing"
+        return self.proc.stderr.readline().decode()
+
+    def connection(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def stop(self) -> tuple[int, list[str]]:
+        """SIGTERM; the exit code and the torch/transformers modules it had imported."""
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        modules = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else None
+        assert self.proc.returncode == 0, err.decode()
+        return self.proc.returncode, modules
+
+    def rss_kb(self) -> int:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+
+
+def post(conn: http.client.HTTPConnection, body: bytes) -> tuple[int, dict, bytes]:
+    conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, dict(response.getheaders()), response.read()
+
+
+def check_answer(got: dict, want: dict) -> None:
+    assert got["label"] == want["label"] and got["exit_layer"] == want["exit_layer"]
+    assert got["label_name"] == want["label_name"] and got["text"] == want["text"]
+    assert got["probability"] == pytest.approx(want["probability"], abs=1e-4)
+
+
+MALFORMED = {  # kind: (status, body)
+    "bad_json": (400, b'{"text": "good'),
+    "missing_field": (422, b'{"txt": "good"}'),
+    "wrong_type": (422, b'{"text": 5}'),
+    "empty_text": (422, b'{"text": "   "}'),
+    "body_too_large": (413, json.dumps({"text": "good " * MAX_BODY}).encode()),
+}
+
+
+def request_mix(n: int) -> list[tuple[str, bytes, object]]:
+    """``(kind, body, records or None)``: every 20th malformed, cycling through the kinds;
+    the rest one record, one pair, or a list of 2-3."""
+    pairs, rng, kinds = records_to_send(), random.Random(0), list(MALFORMED)
+    out = []
+    for i in range(n):
+        if i % 20 == 19:
+            kind = kinds[(i // 20) % len(kinds)]
+            out.append((kind, MALFORMED[kind][1], None))
+            continue
+        chosen = rng.sample(pairs, rng.choice([1, 1, 1, 1, 2, 3]))
+        items = [{"text": a} if b is None else {"text_a": a, "text_b": b} for a, b in chosen]
+        single = len(items) == 1 and rng.random() < 0.8
+        out.append(("valid", json.dumps(items[0] if single else items).encode(), (chosen, single)))
+    return out
+
+
+def errors_by_kind(conn: http.client.HTTPConnection) -> dict[str, float]:
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    found = re.findall(r'^aclpipe_errors_total\{kind="(\w+)"\} (\S+)$', text, re.M)
+    return {kind: float(v) for kind, v in found}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_a_malformed_mix_every_answer_as_predict(
+    export_dir: Path, threshold: float, scheduler: str
+) -> None:
+    """2,000 requests, 5% malformed, from 8 client threads: each malformed one a 4xx with a
+    one-line JSON error of its kind, each valid one predict's label and exit layer (probability
+    within 1e-4), none dropped; the error counter in /metrics agrees. Under both schedulers."""
+    expected = expected_answers(export_dir, threshold)
+    assert len({r["exit_layer"] for r in expected.values()}) > 1  # the policy exits early
+    server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
+                    "--max-body", str(MAX_BODY), "--max-batch", "16", "--max-wait-ms", "2",
+                    "--scheduler", scheduler)  # fmt: skip
+    mix = request_mix(MIX_REQUESTS)
+    lanes = [mix[i::8] for i in range(8)]
+
+    def run(lane) -> list[tuple]:
+        conn = server.connection()
+        return [(kind, records, *post(conn, body)) for kind, body, records in lane]
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        answered = [row for rows in pool.map(run, lanes) for row in rows]
+    seconds = time.perf_counter() - began
+    assert len(answered) == MIX_REQUESTS
+    for kind, records, status, _headers, body in answered:
+        if kind != "valid":
+            assert status == MALFORMED[kind][0], (kind, status, body)
+            assert b"\n" not in body.strip() and json.loads(body)["kind"] == kind
+            assert json.loads(body)["error"]
+            continue
+        assert status == 200, body
+        chosen, single = records
+        got = json.loads(body)
+        for one, pair in zip([got] if single else got, chosen, strict=True):
+            check_answer(one, expected[tuple(pair)])
+    counted = errors_by_kind(server.connection())
+    sent = {kind: sum(k == kind for k, *_ in mix) for kind in MALFORMED}
+    assert counted == sent
+    _, modules = server.stop()
+    assert modules == []
+    print(f"\n{MIX_REQUESTS} requests in {seconds:.1f} s ({scheduler})")
+
+
+def burst(port: int, bodies: list[bytes]) -> list[tuple[int, dict, bytes]]:
+    """Send every request on its own socket before reading any answer."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in bodies]
+    for conn, body in zip(conns, bodies):
+        conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
+    out = []
+    for conn in conns:
+        response = conn.getresponse()
+        out.append((response.status, dict(response.getheaders()), response.read()))
+        conn.close()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_overload_gets_503_with_retry_after_then_normal_service(
+    export_dir: Path, threshold: float, scheduler: str
+) -> None:
+    """Bursts of 150 requests at once against a queue of 8 records: the rest get 503 with
+    Retry-After, the admitted ones predict's answers, memory stays flat over three bursts, and
+    afterwards every request is served."""
+    expected = expected_answers(export_dir, threshold)
+    pairs = [p for p in expected if p[1] is None]
+    server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
+                    "--max-queue", "8", "--max-batch", "8", "--max-wait-ms", "20",
+                    "--scheduler", scheduler)  # fmt: skip
+    rss = []
+    for round_ in range(3):
+        chosen = [pairs[(round_ + i) % len(pairs)] for i in range(150)]
+        answers = burst(server.port, [json.dumps({"text": a}).encode() for a, _ in chosen])
+        refused = [a for a in answers if a[0] == 503]
+        assert refused and len(refused) < len(answers), [a[0] for a in answers]
+        for (status, headers, body), pair in zip(answers, chosen):
+            if status == 503:
+                assert headers["retry-after"] == "1" and json.loads(body)["kind"] == "overloaded"
+            else:
+                assert status == 200, body
+                check_answer(json.loads(body), expected[pair])
+        rss.append(server.rss_kb())
+    assert rss[2] - rss[0] < 20_000, rss  # kB: bounded queue, nothing kept per request
+    conn = server.connection()
+    for pair in pairs[:20]:
+        status, _, body = post(conn, json.dumps({"text": pair[0]}).encode())
+        assert status == 200
+        check_answer(json.loads(body), expected[pair])
+    server.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_answers_what_is_in_flight_and_exits_0(export_dir: Path, threshold: float):
+    """Requests waiting for their batch (max wait 1.5 s) when SIGTERM arrives are answered;
+    the port stops accepting at once; the process exits 0."""
+    expected = expected_answers(export_dir, threshold)
+    pairs = [p for p in expected if p[1] is None][:6]
+    server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
+                    "--max-batch", "64", "--max-wait-ms", "1500")  # fmt: skip
+    conns = [server.connection() for _ in pairs]
+    for conn, (a, _) in zip(conns, pairs):
+        conn.request("POST", "/predict", body=json.dumps({"text": a}).encode())
+    time.sleep(0.5)  # admitted, waiting for the batch to fill
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    for conn, pair in zip(conns, pairs):
+        response = conn.getresponse()
+        assert response.status == 200
+        check_answer(json.loads(response.read()), expected[pair])
+    out, err = server.proc.communicate(timeout=60)
+    assert server.proc.returncode == 0, err.decode()
+    assert json.loads(out.decode().strip().splitlines()[-1]) == []
+
+
+def _break(folder: Path, how: str) -> None:
+    if how == "segment":
+        (folder / "segment_2.onnx").write_bytes(b"not a graph")
+    elif how == "tokenizer":
+        (folder / "tokenizer.json").unlink()
+    else:
+        (folder / "export.json").write_text("{", encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "how, message",
+    [("segment", "onnxruntime cannot load"), ("tokenizer", "no tokenizer.json"),
+     ("record", "export.json is damaged")],
+)  # fmt: skip
+def test_a_broken_export_is_one_line_and_exit_2(export_dir, tmp_path, how, message) -> None:
+    folder = tmp_path / "export"
+    shutil.copytree(export_dir, folder)
+    _break(folder, how)
+    with socket.socket() as probe:  # a free port, then nothing must ever listen on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "aclpipe.cli", "serve", "--model", str(folder), "--port", str(port)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert "Traceback" not in done.stderr and "aclpipe serve: http" not in done.stderr
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_micro_batcher_bounds_batches_and_the_queue() -> None:
+    """Against a plain reference: every job answered with its own records in order, no batch
+    over max_batch, a job never split, admission refused beyond max_queue records."""
+    sizes: list[int] = []
+    gate = threading.Event()
+
+    def answer(pairs):
+        gate.wait(5)  # hold the first batch so the queue fills behind it
+        return [{"text": a, "n": len(pairs)} for a, _ in pairs]
+
+    batcher = MicroBatcher(answer, max_batch=4, max_wait=0.05, max_queue=6, on_batch=sizes.append)
+    first = batcher.submit([("a", None)])
+    time.sleep(0.2)  # the worker has taken it (max wait passed) and is held in answer()
+    jobs = [[(f"{i}-{j}", None) for j in range(1 + i % 3)] for i in range(4)]  # 1, 2, 3, 1 records
+    futures = [batcher.submit(job) for job in jobs]
+    assert [f is not None for f in futures] == [True, True, True, False]  # 1+2+3 = 6 waiting
+    gate.set()
+    assert first.result(5)[0]["text"] == "a"
+    for job, future in zip(jobs[:3], futures[:3]):
+        assert [r["text"] for r in future.result(5)] == [a for a, _ in job]
+    assert sizes[0] == 1 and max(sizes) <= 4 and sum(sizes) == 7
+    gone = batcher.submit([("gone", None)])  # its client left: cancelled before it runs
+    assert gone.cancel()
+    assert batcher.submit([("after", None)]).result(5)[0]["text"] == "after"  # worker lives on
+    batcher.close(5)
+    assert batcher.submit([("late", None)]) is None
