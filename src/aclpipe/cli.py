@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from aclpipe.data.tasks import TASKS, Task, get_task
+from aclpipe.data.tasks import SENTENCE_TASKS, TASKS, Task, get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import CURVES_JSON, METRICS, REPORTS_README, RESULTS_MD, Layout
 from aclpipe.training.knobs import METHOD_NAMES, check_method  # torch-free: predict stays light
@@ -48,7 +48,7 @@ def _names_option(*names: str, what: str = "", default: str = "", hidden: bool =
 TaskOpt = _names_option(
     "--task",
     "-t",
-    what=f"GLUE task: {', '.join(TASKS)}",
+    what=f"GLUE task: {', '.join(TASKS)}; sentence-embedding task: {', '.join(SENTENCE_TASKS)}",
     default="Default: every task in pipeline.tasks of the params file.",
 )
 MethodOpt = _names_option(
@@ -442,29 +442,53 @@ def sts_eval(
         typer.Option(
             "--glue-dir",
             help="Folder in the classic glue_data layout holding STS-B/ "
-            "(default: GLUE_DIR, then data.glue_dir; else the hub).",
+            "(default: GLUE_DIR, then data.glue_dir).",
         ),
     ] = None,
     pooling: PoolingOpt = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-dir",
+            help="A trained sentence-embedding model (finetune with simcse-unsup or "
+            "simcse-sup); default: only the checkpoint in model.name, zero-shot.",
+        ),
+    ] = None,
+    dev_file: Annotated[
+        Path | None,
+        typer.Option("--dev-file", help="Scored pairs for dev (default: STS-B/dev.tsv)."),
+    ] = None,
+    test_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--test-file",
+            help="Scored pairs for test (default: STS-B/original/sts-test.tsv, the STS "
+            "Benchmark test with gold scores).",
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Where to write the JSON report.")
     ] = STS_REPORT,
 ) -> None:
-    """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
+    """Sentence-embedding quality on STS-B dev and the STS Benchmark test, per pooling and
+    layer: zero-shot for the checkpoint, and for a trained model (--model-dir) its own
+    trained pooling beside them.
 
     Spearman correlation between the cosine similarity of the pooled embeddings of the two
-    sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
-    setting). Prints a table and writes JSON."""
+    sentences and the gold scores (the layer-attention paper's setting). Prints a table and
+    writes JSON; bad input writes nothing."""
     from aclpipe.data.prepare import resolve_glue_dir
     from aclpipe.study import sts_eval as sts
+    from aclpipe.study.sts_scores import default_pair_files, render_sts_scores, sts_scores
 
     p = _load(params, set)
-    names = parse_list(pooling, "--pooling") or sts.POOLINGS
-    glue = resolve_glue_dir(p.data, glue_dir)
-    result = sts.sts_embedding_eval(
-        p.model.name, glue, p.data.hub_id, names, p.data.max_length, p.evaluate.batch_size
+    names = parse_list(pooling, "--pooling")
+    files = default_pair_files(resolve_glue_dir(p.data, glue_dir))
+    files.update({k: v for k, v in (("dev", dev_file), ("test", test_file)) if v is not None})
+    result, _ = sts_scores(
+        p.model.name, files, model_dir, names, p.data.max_length, p.evaluate.batch_size
     )
-    console.print(sts.render_sts_table(result))
+    console.print(render_sts_scores(result))
     sts.write_sts_report(result, out)
     console.print(f"wrote {out}", highlight=False)
 

@@ -86,6 +86,20 @@ class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
     sd: bool = False  # add the KL self-distillation term (an ablation)
 
 
+@dataclass(frozen=True)
+class SimcseUnsupKnobs:
+    """simcse-unsup: InfoNCE between two dropout encodings of each sentence (Gao et al. 2021)."""
+
+    tau: float = 0.05  # temperature of the cosine similarities (SimCSE's and Oh et al.'s)
+
+
+@dataclass(frozen=True)
+class SimcseSupKnobs:
+    """simcse-sup: InfoNCE over labelled positive pairs, in-batch and hard negatives."""
+
+    tau: float = 0.05  # temperature of the cosine similarities (SimCSE's and Oh et al.'s)
+
+
 # The method table: name -> its knobs record (the order is the CLI's and the reports').
 KNOBS: dict[str, type] = {
     "ce": NoKnobs,
@@ -96,6 +110,8 @@ KNOBS: dict[str, type] = {
     "deebert-sd": DeebertSdKnobs,
     "romebert": RomebertKnobs,
     "acl-cl": AclClKnobs,
+    "simcse-unsup": SimcseUnsupKnobs,  # sentence embeddings (task sentences)
+    "simcse-sup": SimcseSupKnobs,  # sentence embeddings (task sentence-pairs)
 }
 METHOD_NAMES: tuple[str, ...] = tuple(KNOBS)
 

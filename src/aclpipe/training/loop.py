@@ -32,7 +32,8 @@ from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
 from aclpipe.layout import MODEL_CONFIG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
-from aclpipe.modeling.batching import collate
+from aclpipe.evaluation.sentence_scores import exit_pair_cosines, exit_spearman
+from aclpipe.modeling.batching import collate, collate_sentences
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
 from aclpipe.modeling.padding_free import use_padding_free
@@ -169,11 +170,11 @@ def backward(
     return log
 
 
-def global_batches(n: int, batch_size: int, processes: int) -> int:
+def global_batches(n: int, batch_size: int, processes: int, min_rows: int = 1) -> int:
     """Global batches per epoch (each process takes ``batch_size``); a last batch too small to
-    give every process a sample is dropped."""
+    give every process a sample, or with fewer than ``min_rows`` rows, is dropped."""
     full, rest = divmod(n, batch_size * processes)
-    return full + (rest >= processes)
+    return full + (rest >= max(processes, min_rows))
 
 
 def run_fingerprint(task: Task, method: Method, params: Params, meta: dict, processes: int) -> str:
@@ -257,9 +258,7 @@ def finetune(
                 started = time.perf_counter()
                 global_ids = order[index * global_size : (index + 1) * global_size]
                 local_ids = shard(global_ids, rank, processes)
-                batch = collate(
-                    [run.train_rows[i] for i in local_ids], run.pad_id, task.is_regression
-                )
+                batch = run.collate([run.train_rows[i] for i in local_ids], stage.views)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
@@ -332,6 +331,8 @@ class _Run:
     padding_free: bool  # train.padding_free resolved for this encoder
     checkpoint_folder: Path
     fingerprint: str  # what a checkpoint must match to be resumed
+    # rows -> a padded batch, each row's sentences encoded ``views`` times (sentence tasks)
+    collate: Callable[[list[dict], int], dict[str, torch.Tensor]]
 
 
 def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_dir: Path) -> _Run:
@@ -340,6 +341,11 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
     from accelerate import Accelerator, DistributedDataParallelKwargs
 
     meta = load_meta(data_dir)
+    if meta.get("task", task.name) != task.name:
+        raise UserError(
+            f"{data_dir} holds task {meta['task']!r}, not {task.name}: run "
+            f"`aclpipe prepare --task {task.name}`"
+        )
     if meta["model"] != params.model.name:
         raise UserError(
             f"{data_dir} was tokenized for {meta['model']!r} but model.name is "
@@ -352,11 +358,13 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
     )
     rank, processes = accelerator.process_index, accelerator.num_processes
-    per_epoch = global_batches(len(train_rows), t.batch_size, processes)
+    min_rows = _check_fit(task, method, params, processes)
+    per_epoch = global_batches(len(train_rows), t.batch_size, processes, min_rows)
     if per_epoch == 0:
         raise UserError(
             f"{data_dir}/train.jsonl has {len(train_rows)} examples, fewer than the "
-            f"{processes} processes: prepare more examples or run fewer processes"
+            f"{max(processes, min_rows)} a batch needs ({processes} processes, {method.name} "
+            f"{min_rows} rows): prepare more examples or run fewer processes"
         )
     set_seed(t.seed)  # the same initial heads in every process
     encoder = load_encoder(params.model.name, params.model.trust_remote_code)
@@ -370,20 +378,57 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
     )
     model = MultiExitModel(encoder, spec)
     set_seed(t.seed + rank)  # dropout: process 0 draws what a single process would
+    pad_id = encoder.config.pad_token_id or 0
     return _Run(
         accelerator,
         model,
         spec,
         train_rows,
-        [len(row["input_ids"]) for row in train_rows],
+        [_tokens(row) for row in train_rows],
         dev_rows,
         split_labels(dev_rows, task),
-        encoder.config.pad_token_id or 0,
+        pad_id,
         per_epoch,
         use_padding_free(t.padding_free, encoder),
         checkpoint_dir(out_dir),
         run_fingerprint(task, method, params, meta, processes),
+        _collate_for(task, pad_id, collate),
     )
+
+
+def _tokens(row: dict) -> int:
+    """Tokens in a prepared row: its input_ids, or a sentence task's sentences together."""
+    return len(row["input_ids"]) if "input_ids" in row else sum(map(len, row["sentences"]))
+
+
+def _collate_for(task: Task, pad_id: int, collate_rows: Callable) -> Callable:
+    """Rows -> a batch: a sentence task's rows encode each sentence alone, ``views`` times;
+    a GLUE task's rows are one example each (``views`` is 1 for its methods)."""
+    if task.embeds:
+        return lambda rows, views: collate_sentences(rows, pad_id, views)
+    return lambda rows, views: collate_rows(rows, pad_id, task.is_regression)
+
+
+def _check_fit(task: Task, method: Method, params: Params, processes: int) -> int:
+    """The method suits the task and its batch; returns the rows a batch needs."""
+    if method.embeds and not task.embeds:
+        raise UserError(
+            f"{method.name} trains sentence embeddings, not a classifier for {task.name}: "
+            "use --task sentences (simcse-unsup) or --task sentence-pairs (simcse-sup)"
+        )
+    if task.embeds and not method.embeds:
+        raise UserError(
+            f"{task.name} is a sentence-embedding task: train it with simcse-unsup or "
+            f"simcse-sup, not {method.name}"
+        )
+    min_rows = max(stage.min_rows for stage in method.stages)
+    if params.train.batch_size * processes < min_rows:
+        raise UserError(
+            f"{method.name} needs at least {min_rows} rows per batch (the batch's other rows "
+            f"are the negatives), got train.batch_size {params.train.batch_size}: set "
+            f"train.batch_size to {min_rows} or more"
+        )
+    return min_rows
 
 
 def _resume(run: _Run, method: Method, task: Task, epochs: int, console: Console) -> TrainingState:
@@ -453,7 +498,13 @@ def _optimizer_step(optimizer, global_step: int) -> None:
 
 
 def _dev_scores(run: _Run, task: Task, batch_size: int) -> list[float]:
-    """The task score of every exit on the dev split."""
+    """The task score of every exit on the dev split (a sentence task's: the Spearman
+    correlation of each pair's cosine similarity with the gold scores)."""
+    if task.embeds:
+        cosines = exit_pair_cosines(
+            run.model, run.dev_rows, batch_size, run.pad_id, run.accelerator.device
+        )
+        return exit_spearman(cosines, run.dev_labels)
     dev_logits = all_exit_logits(
         run.model, run.dev_rows, batch_size, run.pad_id, task.is_regression, run.accelerator.device
     )
