@@ -129,9 +129,7 @@ def prepare_sentence_task(
     """Build, subsample (``data.max_train_samples``, ``data.max_eval_samples``), tokenize and
     save ``task`` (``sentences`` or ``sentence-pairs``); return the meta record."""
     if glue_dir is None or not all(
-        local_path(TASKS[n], glue_dir, s).is_file()
-        for n in UNSUP_SOURCES
-        for s in ("train", "dev")
+        local_path(TASKS[n], glue_dir, s).is_file() for n in UNSUP_SOURCES for s in ("train", "dev")
     ):
         raise UserError(
             f"{task.name} is built from the local GLUE files of {', '.join(UNSUP_SOURCES)} "

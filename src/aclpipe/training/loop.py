@@ -30,9 +30,9 @@ from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.evaluation.sentence_scores import exit_pair_cosines, exit_spearman
 from aclpipe.layout import MODEL_CONFIG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
-from aclpipe.evaluation.sentence_scores import exit_pair_cosines, exit_spearman
 from aclpipe.modeling.batching import collate, collate_sentences
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
