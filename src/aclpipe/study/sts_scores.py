@@ -121,6 +121,7 @@ def sts_scores(
     max_length: int = 128,
     batch_size: int = 64,
     device: str = "cpu",
+    zero_shot: bool = True,
 ) -> tuple[dict, StsCosines]:
     """Spearman x cosine on STS-B dev and the STS Benchmark test (module docstring).
 
@@ -131,6 +132,7 @@ def sts_scores(
         model_dir: a trained sentence-embedding model folder, or None (zero-shot only).
         poolings: the poolings to report; with ``model_dir`` only its own (the default).
         max_length, batch_size, device: tokens per sentence, pairs per pass, where to run.
+        zero_shot: also score the checkpoint itself (the STS study scores it once, apart).
 
     Returns:
         ``(result, cosines)``: the JSON-ready result and the per-pair cosines behind it.
@@ -152,11 +154,12 @@ def sts_scores(
     gold = {s: np.asarray(p.scores, dtype=np.float64) for s, p in pairs.items()}
     cosines = StsCosines({}, {}, {}, gold)
     tokenizer = load_tokenizer(model_name)
-    encoder = load_encoder(model_name).to(device).eval()
-    for split, split_pairs in pairs.items():
-        cosines.zero_shot[split], _ = _split_cosines(
-            encoder, tokenizer, split_pairs, None, cls_from_mean, settings
-        )
+    if zero_shot:
+        encoder = load_encoder(model_name).to(device).eval()
+        for split, split_pairs in pairs.items():
+            cosines.zero_shot[split], _ = _split_cosines(
+                encoder, tokenizer, split_pairs, None, cls_from_mean, settings
+            )
     if model is not None:
         model.to(device).eval()  # its tokenizer/ is the base model's, loaded above
         for split, split_pairs in pairs.items():
@@ -172,14 +175,15 @@ def sts_scores(
             for split, values in per_split.items()
         }
 
-    num_layers = next(iter(cosines.zero_shot.values())).shape[1]
+    num_layers = next(iter({**cosines.zero_shot, **cosines.encoder_layers}.values())).shape[1]
     result = {
         "model": model_name,
         "layers": list(range(1, num_layers + 1)),
         "layer_attention_query": "mean" if cls_from_mean else "cls",
         "pairs": {s: {"file": p.path, "examples": len(p)} for s, p in pairs.items()},
-        "zero_shot": table(cosines.zero_shot),
     }
+    if zero_shot:
+        result["zero_shot"] = table(cosines.zero_shot)
     if model is not None:
         result["trained"] = {
             "model_dir": str(model_dir),
@@ -201,7 +205,7 @@ def render_sts_scores(result: dict):
         f"({result['pairs']['dev']['examples']} / {result['pairs']['test']['examples']} pairs)"
     )
     table.add_column("layer", justify="right")
-    blocks = [("zero-shot", result["zero_shot"])]
+    blocks = [("zero-shot", result["zero_shot"])] if "zero_shot" in result else []
     if "encoder_layers" in result:
         blocks.append(("trained encoder", result["encoder_layers"]))
     for label, block in blocks:
