@@ -358,3 +358,97 @@ def test_sentence_tasks_are_tasks() -> None:
     assert params.method("simcse-unsup").tau == 0.05 and params.method("simcse-sup").tau == 0.05
     with pytest.raises(UserError, match="sentence-pairs"):
         get_task("sentence")
+
+
+# Resumable like any method ----------------------------------------------------------------
+
+
+def test_interrupted_sentence_run_resumes_to_the_same_bits(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+    from safetensors.torch import load_file
+
+    from aclpipe.config import load_params
+    from aclpipe.training import loop
+
+    ok("prepare", "--task", "sentences")
+    params = load_params(
+        project / "params.yaml", ["train.save_every=1", "train.epochs=2", "train.batch_size=2"]
+    )
+    task, data, quiet = get_task("sentences"), project / "data" / "sentences", Console(quiet=True)
+    loop.finetune(task, "simcse-unsup", params, data, project / "reference", quiet)
+
+    real_step, calls = loop._optimizer_step, []
+
+    def step_then_stop(optimizer, global_step: int) -> None:
+        calls.append(global_step)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # the fourth step never happens
+        real_step(optimizer, global_step)
+
+    monkeypatch.setattr(loop, "_optimizer_step", step_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.finetune(task, "simcse-unsup", params, data, project / "resumed", quiet)
+    monkeypatch.setattr(loop, "_optimizer_step", real_step)
+    record = Console(record=True)
+    loop.finetune(task, "simcse-unsup", params, data, project / "resumed", record)
+    assert "resuming simcse-unsup on sentences" in record.export_text()
+    got, want = (
+        load_file(project / "resumed" / "model.safetensors"),
+        load_file(project / "reference" / "model.safetensors"),
+    )
+    assert [k for k in want if not torch.equal(got[k], want[k])] == []
+
+
+# The study's report from runs on disk --------------------------------------------------------
+
+
+def test_report_from_synthetic_runs(tmp_path: Path) -> None:
+    """Three seeds whose layer-attention cosines track the gold scores and whose mean and cls
+    cosines are noise: layer-attention - mean is "better"; the README and figure are written."""
+    from aclpipe.study.sts_report import FIGURE, README, write_report
+    from aclpipe.study.sts_study import COSINES, RUN_RECORD, Objective, StsStudy
+
+    rng = np.random.default_rng(0)
+    gold = {s: np.round(rng.uniform(0, 5, 40), 1) for s in ("dev", "test")}
+    study = StsStudy({}, {"unsup": Objective("simcse-unsup", "sentences")},
+                     ["cls", "mean", "layer-attention"], [1, 2, 3], root=tmp_path / "sts")  # fmt: skip
+
+    def save(folder: Path, record: dict, arrays: dict) -> None:
+        folder.mkdir(parents=True)
+        (folder / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+        np.savez(folder / COSINES, **arrays)
+
+    layers = {f"layers_{s}": rng.normal(size=(3, 2, 40)) for s in gold}
+    golds = {f"gold_{s}": g for s, g in gold.items()}
+    save(study.zero_shot_dir(), {"model": "tiny"}, {**layers, **golds})
+    for pooling in study.poolings:
+        for seed in study.seeds:
+            trained = {
+                f"trained_{s}": g + rng.normal(scale=0.5, size=40)
+                if pooling == "layer-attention"
+                else rng.normal(size=40)
+                for s, g in gold.items()
+            }
+            save(study.run_dir("unsup", pooling, seed), {"train_seconds": 1.0},
+                 {**trained, **layers, **golds})  # fmt: skip
+    readme = write_report(study, tmp_path / "reports", resamples=200)
+    text = readme.read_text(encoding="utf-8")
+    assert "| unsup: layer-attention - mean |" in text
+    results = json.loads((tmp_path / "reports" / "results.json").read_text(encoding="utf-8"))
+    verdict = results["splits"]["test"]["verdicts"]["unsup: layer-attention - mean"]
+    assert verdict["verdict"] == "better" and verdict["seeds"] == [1, 2, 3]
+    runs = results["splits"]["test"]["runs"]["unsup/layer-attention"]
+    assert runs["mean"] == pytest.approx(
+        np.mean(
+            [
+                stats.spearmanr(
+                    np.load(study.run_dir("unsup", "layer-attention", s) / COSINES)["trained_test"],
+                    gold["test"],
+                )[0]
+                for s in study.seeds
+            ]
+        )  # fmt: skip
+    )
+    assert (tmp_path / "reports" / FIGURE).stat().st_size > 0 and README == readme.name
