@@ -217,7 +217,7 @@ def finetune(
     """
     console = console or Console()
     method = build_method(method_name, params.method(method_name))
-    run = _load_run(task, method, params, data_dir, out_dir)
+    run = _load_run(task, method, params, data_dir, out_dir, collate)
     start = _resume(run, method, task, params.train.epochs, console)  # where training starts
     model, accelerator, t = run.model, run.accelerator, params.train
     model.to(accelerator.device)
@@ -335,7 +335,14 @@ class _Run:
     collate: Callable[[list[dict], int], dict[str, torch.Tensor]]
 
 
-def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_dir: Path) -> _Run:
+def _load_run(
+    task: Task,
+    method: Method,
+    params: Params,
+    data_dir: Path,
+    out_dir: Path,
+    collate_rows: Callable = collate,
+) -> _Run:
     """Read the prepared data, start the processes and build the model (seeded as a single
     process would be: the same heads everywhere, process 0's dropout as one process's)."""
     from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -392,7 +399,7 @@ def _load_run(task: Task, method: Method, params: Params, data_dir: Path, out_di
         use_padding_free(t.padding_free, encoder),
         checkpoint_dir(out_dir),
         run_fingerprint(task, method, params, meta, processes),
-        _collate_for(task, pad_id, collate),
+        _collate_for(task, pad_id, collate_rows),
     )
 
 
