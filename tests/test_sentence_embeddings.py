@@ -452,3 +452,38 @@ def test_report_from_synthetic_runs(tmp_path: Path) -> None:
         )  # fmt: skip
     )
     assert (tmp_path / "reports" / FIGURE).stat().st_size > 0 and README == readme.name
+
+
+def test_study_commands_end_to_end(
+    tmp_path: Path, tiny_model_dir: Path, params_dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclpipe sts prepare / zero-shot / run / report on the tiny model, as sts/dvc.yaml runs
+    them from the repository root."""
+    glue = write_glue(tmp_path / "glue")
+    raw = params_dict(glue, train={"batch_size": 4, "epochs": 1})
+    raw["pipeline"] = {"tasks": [], "methods": []}
+    raw["sts"] = {
+        "objectives": {"unsup": {"method": "simcse-unsup", "task": "sentences"}},
+        "poolings": ["mean", "layer-attention"],
+        "seeds": [1, 2],
+    }
+    (tmp_path / "sts").mkdir()
+    (tmp_path / "sts" / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    ok("sts", "prepare", "--task", "sentences")
+    ok("sts", "zero-shot")
+    for pooling in ("mean", "layer-attention"):
+        for seed in (1, 2):
+            ok("sts", "run", "--objective", "unsup", "--pooling", pooling, "--seed", str(seed))
+    run = tmp_path / "sts" / "runs" / "unsup-layer-attention-s2"
+    record = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    assert record["pooling"] == "layer-attention" and record["seed"] == 2
+    assert record["train"]["seed"] == 2 and record["result"]["trained"]["pooling"] == pooling
+    assert (run / "dvclive" / "metrics.json").is_file()
+    assert not list((tmp_path / "sts" / "models").rglob("*.safetensors"))  # weights dropped
+    ok("sts", "report")
+    text = (tmp_path / "reports" / "sts" / "README.md").read_text(encoding="utf-8")
+    assert "| unsup: layer-attention - mean |" in text and "(2 seeds)" in text
+    assert "| unsup | cls |" not in text  # only the study's poolings
+    result = invoke("sts", "run", "--objective", "sup", "--pooling", "mean", "--seed", "1")
+    assert result.exit_code == 2 and "unknown objective 'sup'" in result.output
