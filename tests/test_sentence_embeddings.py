@@ -288,6 +288,10 @@ def test_methods_and_tasks_must_fit(project: Path) -> None:
         result = invoke("finetune", *args)
         assert result.exit_code == 2, result.output
         assert message in result.output and len(result.output.strip().splitlines()) == 1
+    for stage, message in (("evaluate", "score it with `aclpipe sts-eval"),
+                           ("export-exits", "no exits to export")):  # fmt: skip
+        result = invoke(stage, "--task", "sentences", "--method", "simcse-unsup")
+        assert result.exit_code == 2 and message in result.output, result.output
     ok("prepare", "--task", "sst2")
     result = invoke("finetune", "--task", "sst2", "--method", "simcse-unsup")
     assert result.exit_code == 2 and "trains sentence embeddings" in result.output

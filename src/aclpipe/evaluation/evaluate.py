@@ -16,6 +16,7 @@ from aclpipe.config import EvaluateConfig
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
 from aclpipe.early_exit.sweep import check_engines, quality_sweep, sweep
+from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
 from aclpipe.evaluation.scoring import (
     all_exit_logits,
@@ -92,6 +93,11 @@ def evaluate(
     at or below it, or when the speed-ups were timed on too few examples or exceed their bound
     (``aclpipe.evaluation.caveats``).
     """
+    if task.embeds:  # no classifier to score: its embeddings are scored by sts-eval
+        raise UserError(
+            f"{task.name} is a sentence-embedding task: score it with `aclpipe sts-eval "
+            f"--model-dir {model_dir}`"
+        )
     batch_size = cfg.batch_size
     console = console or Console()
     if cfg.sweep and cfg.timing_examples:
