@@ -127,17 +127,19 @@ def summarise(study: StsStudy, runs: dict, zero: dict, resamples: int = RESAMPLE
             per_seed = {s: SpearmanMeasure(c[f"trained_{split}"]) for s, (_, c) in seeds.items()}
             measures[(objective, pooling)] = per_seed
             values = [float(m.values(task, gold, np.ones(len(gold)))[0]) for m in per_seed.values()]
-            layers = np.mean([c[f"layers_{split}"] for _, c in seeds.values()], axis=0)  # [P, L, N]
+            mean_index = POOLINGS.index("mean")
+            per_layer = [  # per seed: mean pooling at each layer of the trained encoder
+                [float(weighted_spearman(c, gold, np.ones(len(gold)))[0])
+                 for c in cosines[f"layers_{split}"][mean_index]]
+                for _, cosines in seeds.values()
+            ]  # fmt: skip
             section["runs"][f"{objective}/{pooling}"] = {
                 "seeds": sorted(seeds),
                 "spearman": values,
                 "mean": float(np.mean(values)),
                 "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
                 "train_seconds": [r["train_seconds"] for r, _ in seeds.values()],
-                "encoder_per_layer_mean_pooling": [
-                    float(weighted_spearman(c, gold, np.ones(len(gold)))[0])
-                    for c in layers[POOLINGS.index("mean")]
-                ],
+                "encoder_per_layer_mean_pooling": np.mean(per_layer, axis=0).tolist(),
             }
             zero_measure = SpearmanMeasure(zero_layers[POOLINGS.index(pooling), -1])
             section["against_zero_shot"][f"{objective}/{pooling}"] = paired_bootstrap(
@@ -151,6 +153,8 @@ def summarise(study: StsStudy, runs: dict, zero: dict, resamples: int = RESAMPLE
                     )
         out["splits"][split] = section
     out["layers"] = list(range(1, num_layers + 1))
+    out["runs_present"] = sum(len(seeds) for seeds in runs.values())
+    out["runs_planned"] = len(study.objectives) * len(study.poolings) * len(study.seeds)
     return out
 
 
@@ -163,8 +167,12 @@ def _verdict_row(name: str, v: dict) -> str:
         return f"| {name} | no common seed | | | |"
     return (
         f"| {name} | {100 * v['difference']:+.2f} | [{100 * v['low']:+.2f}, {100 * v['high']:+.2f}] "
-        f"| {v['p']:.3f} | {v['verdict']} ({len(v['seeds'])} seeds) |"
+        f"| {v['p']:.3f} | {v['verdict']} ({_seeds(len(v['seeds']))}) |"
     )
+
+
+def _seeds(n: int) -> str:
+    return "1 seed: examples only" if n == 1 else f"{n} seeds"
 
 
 def render_readme(study: StsStudy, summary: dict, meta: dict) -> str:
@@ -180,6 +188,10 @@ def render_readme(study: StsStudy, summary: dict, meta: dict) -> str:
         f"({summary['splits']['dev']['pairs']} pairs) and the STS Benchmark test "
         f"({summary['splits']['test']['pairs']} pairs, `original/sts-test.tsv`). No model "
         "selection: each run's final model is scored once on each.",
+        "",
+        f"Runs present: {summary['runs_present']} of {summary['runs_planned']} planned "
+        f"({len(study.objectives)} objectives x {len(study.poolings)} poolings x "
+        f"{len(study.seeds)} seeds).",
         "",
     ]
     for name, m in meta.items():
@@ -229,8 +241,9 @@ def render_readme(study: StsStudy, summary: dict, meta: dict) -> str:
         f"![Spearman per layer]({FIGURE})",
         "",
         "Lines: the untrained checkpoint's parameter-free poolings at each layer; dashed: mean "
-        "pooling at each layer of the trained encoders (mean over seeds); markers at the last "
-        "layer: each trained objective and pooling (mean over seeds).",
+        "pooling at each layer of each trained run's encoder (mean over seeds); "
+        "markers at the last layer: each trained objective and pooling with its own trained "
+        "pooler (mean ± sd over seeds).",
         "",
     ]
     return "\n".join(lines)
@@ -255,9 +268,8 @@ def plot(summary: dict, path: Path) -> None:
             ax.errorbar([layers[-1] + (0.15 if objective == "sup" else -0.15)],
                         [100 * run["mean"]], yerr=[100 * (run["sd"] or 0)], fmt=markers[pooling],
                         mfc="none" if objective == "unsup" else None, label=f"{key}")  # fmt: skip
-            if pooling == "mean":
-                ax.plot(layers, [100 * v for v in run["encoder_per_layer_mean_pooling"]],
-                        linestyle="--", label=f"{objective}: trained encoder, mean per layer")  # fmt: skip
+            ax.plot(layers, [100 * v for v in run["encoder_per_layer_mean_pooling"]],
+                    linestyle="--", alpha=0.6, label=f"{key}: its encoder, mean per layer")  # fmt: skip
         ax.set_title("STS-B dev" if split == "dev" else "STS Benchmark test")
         ax.set_xlabel("layer")
         ax.grid(alpha=0.3)
