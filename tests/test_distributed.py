@@ -275,7 +275,7 @@ def scale_out(tmp_path_factory, make_project, params_dict, tiny_model_dir_no_dro
         run["one"] = work / name / "one" / "model"
         with pytest.MonkeyPatch.context() as mp:
             if run["tail"] < processes:  # P processes drop it; so must the reference
-                mp.setattr(loop, "global_batches", lambda n, batch, _: n // batch)
+                mp.setattr(loop, "global_batches", lambda n, batch, *_: n // batch)
             mp.setattr(loop, "load_encoder", loop.load_encoder)  # in_float64 replaces it
             try:
                 in_float64()

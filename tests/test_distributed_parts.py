@@ -69,6 +69,8 @@ def test_a_tail_with_fewer_rows_than_processes_is_dropped(size: int) -> None:
     for tail in range(0, per_process * size):
         n = 2 * per_process * size + tail
         assert global_batches(n, per_process, size) == 2 + (tail >= size)
+        # an objective that needs 2 rows (in-batch negatives) also drops a 1-row tail
+        assert global_batches(n, per_process, size, 2) == 2 + (tail >= max(size, 2))
 
 
 def in_processes(size: int, body: Callable[[int], object]) -> list:

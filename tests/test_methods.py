@@ -37,6 +37,8 @@ NUM_LAYERS = 3  # the tiny BERT of conftest.py
 ALL = ("encoder", "final_exit", "inner_exits")
 SINGLE_EXIT = {"ce", "scl", "acl"}
 CONTRASTIVE = {"scl", "acl", "acl-cl"}
+SENTENCE = {"simcse-unsup", "simcse-sup"}  # sentence-embedding methods: tests/test_sentence_embeddings.py
+CLASSIFIERS = sorted(set(METHODS) - SENTENCE)
 # What each stage of each method trains: the groups whose every parameter must move.
 EXPECTED_STAGES: dict[str, list[tuple[str, ...]]] = {
     "ce": [ALL],
@@ -47,6 +49,8 @@ EXPECTED_STAGES: dict[str, list[tuple[str, ...]]] = {
     "deebert-sd": [("encoder", "final_exit"), ("inner_exits",)],
     "romebert": [ALL],
     "acl-cl": [ALL],
+    "simcse-unsup": [("encoder", "final_exit")],
+    "simcse-sup": [("encoder", "final_exit")],
 }
 SENTENCES = [
     ("the movie was good .", 1), ("the movie was bad .", 0),
@@ -136,7 +140,7 @@ def test_expectations_cover_every_method() -> None:
     assert set(EXPECTED_STAGES) == set(METHODS)
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("name", CLASSIFIERS)
 def test_one_step_changes_exactly_the_trained_parameters(
     name: str, make_params: Callable[..., Params], accelerator, inputs
 ) -> None:
@@ -266,7 +270,7 @@ def test_deebert_and_romebert_losses_match_a_plain_reference(
     torch.testing.assert_close(romebert.stages[0].aux(x), sd)
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("name", CLASSIFIERS)
 @pytest.mark.slow
 def test_loss_falls_on_a_separable_batch(
     name: str, make_params: Callable[..., Params], accelerator, inputs
@@ -343,7 +347,7 @@ def test_contrastive_methods_refuse_regression(
         train_steps(model, method.stages[0], params, accelerator, inputs, score_labels(), 1)
 
 
-@pytest.mark.parametrize("name", sorted(set(METHODS) - CONTRASTIVE))
+@pytest.mark.parametrize("name", sorted(set(CLASSIFIERS) - CONTRASTIVE))
 def test_other_methods_train_on_regression(
     name: str, make_params: Callable[..., Params], accelerator, inputs
 ) -> None:

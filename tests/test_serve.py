@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from aclpipe.exits.export import export_exits
 from test_export import SENTENCES, trained_folders
 from test_serving import BLOCKER
 
@@ -35,6 +34,7 @@ from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.predict import Predictor
 from aclpipe.early_exit.scheduler import MicroBatcher
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
+from aclpipe.exits.export import export_exits
 from aclpipe.modeling.model import load_multi_exit
 
 MIX_REQUESTS = 2000  # the count; 5% of them malformed

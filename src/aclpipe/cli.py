@@ -39,7 +39,7 @@ from aclpipe.cli_options import (
 from aclpipe.layout import PARAMS
 from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
 from aclpipe.study.cli import app as study_app
-from aclpipe.study.cli import campaign_app
+from aclpipe.study.cli import campaign_app, sts_app
 
 __all__ = ["app", "parse_list"]
 
@@ -304,6 +304,7 @@ def serve(
 
 app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands
 app.add_typer(campaign_app, name="campaign")
+app.add_typer(sts_app, name="sts")
 
 
 if __name__ == "__main__":  # pragma: no cover

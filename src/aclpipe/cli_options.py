@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from aclpipe.data.tasks import TASKS, Task, get_task
+from aclpipe.data.tasks import SENTENCE_TASKS, TASKS, Task, get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import Layout
 from aclpipe.method_names import check_method  # predict loads nothing of training
@@ -36,7 +36,7 @@ def names_option(*names: str, what: str = "", default: str = "", hidden: bool = 
 TaskOpt = names_option(
     "--task",
     "-t",
-    what=f"GLUE task: {', '.join(TASKS)}",
+    what=f"GLUE task: {', '.join(TASKS)}; sentence-embedding task: {', '.join(SENTENCE_TASKS)}",
     default="Default: every task in pipeline.tasks of the params file.",
 )
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Params file (YAML) holding every knob.")]

@@ -92,6 +92,9 @@ ANGLES_PNG = "angles.png"
 
 # sts-eval
 STS_REPORT = "sts_embeddings.json"  # under reports/stsb/
+# the STS study (sentence embeddings): sts/params.yaml, its report in reports/sts/
+STS = "sts"
+STS_PARAMS = f"{STS}/{PARAMS}"
 
 # campaign
 RUN_RECORD = "run.json"
@@ -142,6 +145,9 @@ class Layout:
 
     def sts_report(self) -> Path:
         return self.reports("stsb") / STS_REPORT
+
+    def sts_study_reports(self) -> Path:
+        return self.reports(STS)
 
     # the seeds campaign (rooted at campaign/)
     def run(self, task: str, run: str, seed: int) -> Path:

@@ -19,6 +19,8 @@ METHOD_NAMES: tuple[str, ...] = (
     "deebert-sd",
     "romebert",
     "acl-cl",
+    "simcse-unsup",
+    "simcse-sup",
 )
 
 

@@ -21,6 +21,9 @@ class Task:
         dev_splits: our dev split names, and for each the TSV file stem and the hub split.
             MNLI has two: matched and mismatched.
         text_columns: the hub dataset's text columns (one for single sentences, two for pairs).
+        embeds: a sentence-embedding task (``SENTENCE_TASKS``): rows of sentences to embed,
+            built from local GLUE training files, dev scored by the Spearman correlation of
+            cosine similarity with STS-B's gold scores (``aclpipe.data.sentences``).
     """
 
     name: str
@@ -30,6 +33,7 @@ class Task:
     metrics: tuple[str, ...]
     dev_splits: tuple[tuple[str, str, str], ...]
     text_columns: tuple[str, ...]
+    embeds: bool = False
 
     @property
     def is_regression(self) -> bool:
@@ -94,9 +98,22 @@ TASKS: dict[str, Task] = {
 }
 
 
+# Sentence-embedding tasks (simcse-unsup, simcse-sup): train is built from several GLUE tasks'
+# training files (aclpipe.data.sentences); dev is STS-B's dev pairs with their gold scores.
+_STS = ("sentence1", "sentence2")
+SENTENCE_TASKS: dict[str, Task] = {
+    t.name: t
+    for t in [
+        Task("sentences", "STS-B", "stsb", (), ("spearman",), _DEV, _STS, embeds=True),
+        Task("sentence-pairs", "STS-B", "stsb", (), ("spearman",), _DEV, _STS, embeds=True),
+    ]
+}
+
+
 def get_task(name: str) -> Task:
     """Look a task up by name, with a one-line error listing the valid names."""
-    try:
-        return TASKS[name.lower()]
-    except KeyError:
-        raise UserError(f"unknown task {name!r}: use one of {', '.join(TASKS)}") from None
+    task = TASKS.get(name.lower()) or SENTENCE_TASKS.get(name.lower())
+    if task is None:
+        names = ", ".join([*TASKS, *SENTENCE_TASKS])
+        raise UserError(f"unknown task {name!r}: use one of {names}")
+    return task

@@ -210,6 +210,11 @@ def export_exits(
     Returns:
         The ``export.json`` record.
     """
+    if task.embeds:
+        raise UserError(
+            f"{task.name} is a sentence-embedding task: it has no exits to export for early "
+            "exit (its embeddings are scored by `aclpipe sts-eval`)"
+        )
     import onnxruntime
     import transformers
 

@@ -25,3 +25,19 @@ def collate(rows: list[dict], pad_id: int, regression: bool) -> dict[str, torch.
     if token_type_ids is not None:
         batch["token_type_ids"] = token_type_ids
     return batch
+
+
+def collate_sentences(rows: list[dict], pad_id: int, views: int = 1) -> dict[str, torch.Tensor]:
+    """Pad the sentences of sentence-task rows (``{"sentences": [ids, ...]}``) into one batch.
+
+    Each row's sentences come consecutively, ``views`` times over (``[a, p, a, p]`` for a pair
+    at 2 views): ``input_ids [S, T]``, ``attention_mask [S, T]``, and ``labels [B]``, each
+    row's number of encodings (``len(sentences) * views``), which is how a sentence objective
+    finds its rows in the features (row-major, so gathering over processes keeps rows whole).
+    Each sentence is encoded alone (token type 0 throughout).
+    """
+    flat = [{"input_ids": ids} for row in rows for _ in range(views) for ids in row["sentences"]]
+    batch = collate([{**r, "label": 0} for r in flat], pad_id, regression=False)
+    batch.pop("token_type_ids", None)
+    batch["labels"] = torch.tensor([len(row["sentences"]) * views for row in rows])
+    return batch

@@ -14,6 +14,7 @@ from rich.table import Table
 from aclpipe import atomic
 from aclpipe.data.prepared import load_split, subsample
 from aclpipe.data.tasks import Task
+from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
 from aclpipe.evaluation.config import EvaluateConfig
 from aclpipe.evaluation.scoring import (
@@ -92,6 +93,11 @@ def evaluate(
     at or below it, or when the speed-ups were timed on too few examples or exceed their bound
     (``aclpipe.evaluation.caveats``).
     """
+    if task.embeds:  # no classifier to score: its embeddings are scored by sts-eval
+        raise UserError(
+            f"{task.name} is a sentence-embedding task: score it with `aclpipe sts-eval "
+            f"--model-dir {model_dir}`"
+        )
     batch_size = cfg.batch_size
     console = console or Console()
     if cfg.sweep and cfg.timing_examples:

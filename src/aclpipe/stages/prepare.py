@@ -92,8 +92,12 @@ def prepare(
     With ``data.validation_fraction`` > 0, that share of train (stratified by label, drawn by
     ``data.seed``, before ``max_train_samples`` subsamples the rest) becomes the validation
     split, ``validation.jsonl``: selection (hyper-parameters, exit thresholds) happens there,
-    never on dev.
+    never on dev. A sentence-embedding task is built by ``aclpipe.data.sentences``.
     """
+    if task.embeds:
+        from aclpipe.data.sentences import prepare_sentence_task
+
+        return prepare_sentence_task(task, data, model_name, out_dir, glue_dir, trust_remote_code)
     if glue_dir is not None and local_available(task, glue_dir):
         source = f"local:{glue_dir / task.folder}"
         read = lambda split: read_local(task, glue_dir, split)  # noqa: E731

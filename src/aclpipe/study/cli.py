@@ -18,6 +18,7 @@ from aclpipe.cli_options import (
     SetOpt,
     TaskOpt,
     console,
+    counts,
     load,
     method_list,
     names_option,
@@ -26,10 +27,11 @@ from aclpipe.cli_options import (
     user_errors,
 )
 from aclpipe.data.tasks import get_task
-from aclpipe.layout import CAMPAIGN_PARAMS, PARAMS
+from aclpipe.layout import CAMPAIGN_PARAMS, PARAMS, STS_PARAMS
 
 app = typer.Typer()  # its commands join the main app's (add_typer without a name)
 REPORTS, STS_REPORT = LAYOUT.reports(), LAYOUT.sts_report()  # defaults of --reports, --out
+STS_REPORTS = LAYOUT.sts_study_reports()  # default of sts report --reports
 
 CompareOpt = names_option(
     "--method",
@@ -111,31 +113,107 @@ def sts_eval(
         typer.Option(
             "--glue-dir",
             help="Folder in the classic glue_data layout holding STS-B/ "
-            "(default: GLUE_DIR, then data.glue_dir; else the hub).",
+            "(default: GLUE_DIR, then data.glue_dir).",
         ),
     ] = None,
     pooling: PoolingOpt = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-dir",
+            help="A trained sentence-embedding model (finetune with simcse-unsup or "
+            "simcse-sup); default: only the checkpoint in model.name, zero-shot.",
+        ),
+    ] = None,
+    dev_file: Annotated[
+        Path | None,
+        typer.Option("--dev-file", help="Scored pairs for dev (default: STS-B/dev.tsv)."),
+    ] = None,
+    test_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--test-file",
+            help="Scored pairs for test (default: STS-B/original/sts-test.tsv, the STS "
+            "Benchmark test with gold scores).",
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Where to write the JSON report.")
     ] = STS_REPORT,
 ) -> None:
-    """Sentence-embedding quality of each pooling at each layer (zero-shot, STS-B dev).
+    """Sentence-embedding quality on STS-B dev and the STS Benchmark test, per pooling and
+    layer: zero-shot for the checkpoint, and for a trained model (--model-dir) its own
+    trained pooling beside them.
 
     Spearman correlation between the cosine similarity of the pooled embeddings of the two
-    sentences and the gold scores, for the encoder in model.name (the layer-attention paper's
-    setting). Prints a table and writes JSON."""
-    from aclpipe.stages.prepare import resolve_glue_dir
-    from aclpipe.study import sts_eval as sts
+    sentences and the gold scores (the layer-attention paper's setting). Prints a table and
+    writes JSON; bad input writes nothing."""
+    from aclpipe.study.sts_scores import run_sts_eval
 
     p = load(params, set)
-    names = parse_list(pooling, "--pooling") or sts.POOLINGS
-    glue = resolve_glue_dir(p.data, glue_dir)
-    result = sts.sts_embedding_eval(
-        p.model.name, glue, p.data.hub_id, names, p.data.max_length, p.evaluate.batch_size
-    )
-    console.print(sts.render_sts_table(result))
-    sts.write_sts_report(result, out)
-    console.print(f"wrote {out}", highlight=False)
+    run_sts_eval(p.model.name, p.data, glue_dir, parse_list(pooling, "--pooling"), model_dir,
+                 dev_file, test_file, p.evaluate.batch_size, out, console)  # fmt: skip
+
+
+sts_app = typer.Typer(
+    help="The STS study (sts/params.yaml, run by sts/dvc.yaml): sentence-embedding objectives "
+    "x poolings x seeds, scored on STS-B dev and the STS Benchmark test, with its own "
+    "report and figure.",
+    no_args_is_help=True,
+)
+StudyOpt = Annotated[Path, typer.Option("--study", help="STS study params: knobs plus sts:.")]
+
+
+@sts_app.command("prepare")
+@user_errors
+def sts_prepare(
+    task: Annotated[str, typer.Option("--task", "-t", help="sentences or sentence-pairs")],
+    study: StudyOpt = Path(STS_PARAMS),
+) -> None:
+    """Build a sentence task into sts/data/<task>/ with the study's data settings."""
+    from aclpipe.study.sts_study import load_study, prepare_task
+
+    meta = prepare_task(load_study(study), task)
+    console.print(f"prepared {task}: {counts(meta)}", highlight=False)
+
+
+@sts_app.command("run")
+@user_errors
+def sts_run(
+    objective: Annotated[str, typer.Option("--objective", help="An objective of sts.objectives.")],
+    pooling: Annotated[str, typer.Option("--pooling", help="cls, mean or layer-attention.")],
+    seed: Annotated[int, typer.Option("--seed", help="train.seed of the run.")],
+    study: StudyOpt = Path(STS_PARAMS),
+) -> None:
+    """Train one run, score it on STS-B dev and the STS Benchmark test; writes
+    sts/runs/<objective>-<pooling>-s<seed>/ (the weights are not kept)."""
+    from aclpipe.study.sts_study import load_study, run_one
+
+    console.print(f"wrote {run_one(load_study(study), objective, pooling, seed, console)}")
+
+
+@sts_app.command("zero-shot")
+@user_errors
+def sts_zero_shot(study: StudyOpt = Path(STS_PARAMS)) -> None:
+    """Score the untrained checkpoint (every pooling, every layer); writes sts/runs/zero-shot/."""
+    from aclpipe.study.sts_study import load_study, zero_shot
+
+    console.print(f"wrote {zero_shot(load_study(study))}", highlight=False)
+
+
+@sts_app.command("report")
+@user_errors
+def sts_report(
+    study: StudyOpt = Path(STS_PARAMS),
+    reports: Annotated[
+        Path, typer.Option("--reports", help="Where README.md goes.")
+    ] = STS_REPORTS,
+) -> None:
+    """reports/sts/README.md, results.json and the per-layer figure from the runs present."""
+    from aclpipe.study.sts_report import write_report
+    from aclpipe.study.sts_study import load_study
+
+    console.print(f"wrote {write_report(load_study(study), reports)}", highlight=False)
 
 
 campaign_app = typer.Typer(

@@ -109,6 +109,24 @@ class AclClKnobs(AclKnobs, JointKnobs, DeebertSdKnobs):
     RANGES: ClassVar[dict[str, Check]] = {"lam_cl": non_negative}  # and its parents'
 
 
+@dataclass(frozen=True)
+class SimcseUnsupKnobs:
+    """simcse-unsup: InfoNCE between two dropout encodings of each sentence (Gao et al. 2021)."""
+
+    tau: float = 0.05  # temperature of the cosine similarities (SimCSE's and Oh et al.'s)
+
+    RANGES: ClassVar[dict[str, Check]] = {"tau": positive}
+
+
+@dataclass(frozen=True)
+class SimcseSupKnobs:
+    """simcse-sup: InfoNCE over labelled positive pairs, in-batch and hard negatives."""
+
+    tau: float = 0.05  # temperature of the cosine similarities (SimCSE's and Oh et al.'s)
+
+    RANGES: ClassVar[dict[str, Check]] = {"tau": positive}
+
+
 # The method table: name -> its knobs record, under aclpipe.method_names' names in its order
 # (the CLI's and the reports'; tests/test_layering.py checks the two agree).
 KNOBS: dict[str, type] = {
@@ -120,4 +138,6 @@ KNOBS: dict[str, type] = {
     "deebert-sd": DeebertSdKnobs,
     "romebert": RomebertKnobs,
     "acl-cl": AclClKnobs,
+    "simcse-unsup": SimcseUnsupKnobs,  # sentence embeddings (task sentences)
+    "simcse-sup": SimcseSupKnobs,  # sentence embeddings (task sentence-pairs)
 }

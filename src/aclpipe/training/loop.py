@@ -30,9 +30,10 @@ from aclpipe.data.prepared import load_meta, load_split
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
 from aclpipe.evaluation.scoring import all_exit_logits, exit_scores, split_labels
+from aclpipe.evaluation.sentence_scores import exit_pair_cosines, exit_spearman
 from aclpipe.layout import MODEL_CONFIG, TOKENIZER, checkpoint_dir
 from aclpipe.modeling.backbone import default_pooling, load_encoder, resolve_model
-from aclpipe.modeling.batching import collate
+from aclpipe.modeling.batching import collate, collate_sentences
 from aclpipe.modeling.config import ModelConfig
 from aclpipe.modeling.device import pick_device
 from aclpipe.modeling.model import ExitSpec, MultiExitModel
@@ -170,11 +171,11 @@ def backward(
     return log
 
 
-def global_batches(n: int, batch_size: int, processes: int) -> int:
+def global_batches(n: int, batch_size: int, processes: int, min_rows: int = 1) -> int:
     """Global batches per epoch (each process takes ``batch_size``); a last batch too small to
-    give every process a sample is dropped."""
+    give every process a sample, or with fewer than ``min_rows`` rows, is dropped."""
     full, rest = divmod(n, batch_size * processes)
-    return full + (rest >= processes)
+    return full + (rest >= max(processes, min_rows))
 
 
 def run_fingerprint(
@@ -229,7 +230,7 @@ def train(
     ``collate`` pads a list of rows into a batch (``aclpipe.modeling.batching.collate``).
     """
     console = console or Console()
-    run = _load_run(task, method, knobs, model_cfg, train_cfg, data_dir, out_dir)
+    run = _load_run(task, method, knobs, model_cfg, train_cfg, data_dir, out_dir, collate)
     start = _resume(run, method, task, train_cfg.epochs, console)  # where training starts
     model, accelerator, t = run.model, run.accelerator, train_cfg
     model.to(accelerator.device)
@@ -270,9 +271,7 @@ def train(
                 started = time.perf_counter()
                 global_ids = order[index * global_size : (index + 1) * global_size]
                 local_ids = shard(global_ids, rank, processes)
-                batch = collate(
-                    [run.train_rows[i] for i in local_ids], run.pad_id, task.is_regression
-                )
+                batch = run.collate([run.train_rows[i] for i in local_ids], stage.views)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 with accelerator.no_sync(wrapped) if two_grads else contextlib.nullcontext():
@@ -347,6 +346,8 @@ class _Run:
     padding_free: bool  # train.padding_free resolved for this encoder
     checkpoint_folder: Path
     fingerprint: str  # what a checkpoint must match to be resumed
+    # rows -> a padded batch, each row's sentences encoded ``views`` times (sentence tasks)
+    collate: Callable[[list[dict], int], dict[str, torch.Tensor]]
 
 
 def _load_run(
@@ -357,12 +358,18 @@ def _load_run(
     t: TrainConfig,
     data_dir: Path,
     out_dir: Path,
+    collate_rows: Callable = collate,
 ) -> _Run:
     """Read the prepared data, start the processes and build the model (seeded as a single
     process would be: the same heads everywhere, process 0's dropout as one process's)."""
     from accelerate import Accelerator, DistributedDataParallelKwargs
 
     meta = load_meta(data_dir)
+    if meta.get("task", task.name) != task.name:
+        raise UserError(
+            f"{data_dir} holds task {meta['task']!r}, not {task.name}: run "
+            f"`aclpipe prepare --task {task.name}`"
+        )
     if meta["model"] != model_cfg.name:
         raise UserError(
             f"{data_dir} was tokenized for {meta['model']!r} but model.name is "
@@ -374,11 +381,13 @@ def _load_run(
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
     )
     rank, processes = accelerator.process_index, accelerator.num_processes
-    per_epoch = global_batches(len(train_rows), t.batch_size, processes)
+    min_rows = _check_fit(task, method, t.batch_size, processes)
+    per_epoch = global_batches(len(train_rows), t.batch_size, processes, min_rows)
     if per_epoch == 0:
         raise UserError(
             f"{data_dir}/train.jsonl has {len(train_rows)} examples, fewer than the "
-            f"{processes} processes: prepare more examples or run fewer processes"
+            f"{max(processes, min_rows)} a batch needs ({processes} processes, {method.name} "
+            f"{min_rows} rows): prepare more examples or run fewer processes"
         )
     set_seed(t.seed)  # the same initial heads in every process
     encoder = load_encoder(model_cfg.name, model_cfg.trust_remote_code)
@@ -391,21 +400,58 @@ def _load_run(
         getattr(encoder.config, "hidden_dropout_prob", 0.1),
     )
     model = MultiExitModel(encoder, spec)
+    pad_id = encoder.config.pad_token_id or 0
     set_seed(t.seed + rank)  # dropout: process 0 draws what a single process would
     return _Run(
         accelerator,
         model,
         spec,
         train_rows,
-        [len(row["input_ids"]) for row in train_rows],
+        [_tokens(row) for row in train_rows],
         dev_rows,
         split_labels(dev_rows, task),
-        encoder.config.pad_token_id or 0,
+        pad_id,
         per_epoch,
         use_padding_free(t.padding_free, encoder),
         checkpoint_dir(out_dir),
         run_fingerprint(task, method, knobs, model_cfg, t, meta, processes),
+        _collate_for(task, pad_id, collate_rows),
     )
+
+
+def _tokens(row: dict) -> int:
+    """Tokens in a prepared row: its input_ids, or a sentence task's sentences together."""
+    return len(row["input_ids"]) if "input_ids" in row else sum(map(len, row["sentences"]))
+
+
+def _collate_for(task: Task, pad_id: int, collate_rows: Callable) -> Callable:
+    """Rows -> a batch: a sentence task's rows encode each sentence alone, ``views`` times;
+    a GLUE task's rows are one example each (``views`` is 1 for its methods)."""
+    if task.embeds:
+        return lambda rows, views: collate_sentences(rows, pad_id, views)
+    return lambda rows, views: collate_rows(rows, pad_id, task.is_regression)
+
+
+def _check_fit(task: Task, method: Method, batch_size: int, processes: int) -> int:
+    """The method suits the task and its batch; returns the rows a batch needs."""
+    if method.embeds and not task.embeds:
+        raise UserError(
+            f"{method.name} trains sentence embeddings, not a classifier for {task.name}: "
+            "use --task sentences (simcse-unsup) or --task sentence-pairs (simcse-sup)"
+        )
+    if task.embeds and not method.embeds:
+        raise UserError(
+            f"{task.name} is a sentence-embedding task: train it with simcse-unsup or "
+            f"simcse-sup, not {method.name}"
+        )
+    min_rows = max(stage.min_rows for stage in method.stages)
+    if batch_size * processes < min_rows:
+        raise UserError(
+            f"{method.name} needs at least {min_rows} rows per batch (the batch's other rows "
+            f"are the negatives), got train.batch_size {batch_size}: set "
+            f"train.batch_size to {min_rows} or more"
+        )
+    return min_rows
 
 
 def _resume(run: _Run, method: Method, task: Task, epochs: int, console: Console) -> TrainingState:
@@ -473,7 +519,13 @@ def _optimizer_step(optimizer, global_step: int) -> None:
 
 
 def _dev_scores(run: _Run, task: Task, batch_size: int) -> list[float]:
-    """The task score of every exit on the dev split."""
+    """The task score of every exit on the dev split (a sentence task's: the Spearman
+    correlation of each pair's cosine similarity with the gold scores)."""
+    if task.embeds:
+        cosines = exit_pair_cosines(
+            run.model, run.dev_rows, batch_size, run.pad_id, run.accelerator.device
+        )
+        return exit_spearman(cosines, run.dev_labels)
     dev_logits = all_exit_logits(
         run.model, run.dev_rows, batch_size, run.pad_id, task.is_regression, run.accelerator.device
     )

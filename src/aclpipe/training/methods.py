@@ -35,6 +35,8 @@ from aclpipe.training.knobs import (
     NoKnobs,
     RomebertKnobs,
     SclKnobs,
+    SimcseSupKnobs,
+    SimcseUnsupKnobs,
     check_method,
 )
 from aclpipe.training.objectives import (
@@ -43,6 +45,8 @@ from aclpipe.training.objectives import (
     distill_kl,
     scl_loss,
     self_distill_loss,
+    simcse_sup_loss,
+    simcse_unsup_loss,
 )
 
 
@@ -90,6 +94,12 @@ class Stage:
     main: Objective
     aux: Objective | None = None  # the term a gradient rule may drop or project against
     rule: GradientRule = PlainSum()  # how the main and aux gradients combine
+    # encodings of each row per step: 2 for unsupervised SimCSE, whose positive is the same
+    # sentence under another dropout mask (the loop encodes each row's sentences this often)
+    views: int = 1
+    # rows a batch needs for the objective to mean anything (in-batch negatives: 2); the loop
+    # refuses a smaller train.batch_size and drops a smaller last batch
+    min_rows: int = 1
 
     def separate_gradients(self, record_angles: bool) -> bool:
         """Whether a step takes the main and aux gradients apart (two autograd passes) rather
@@ -102,9 +112,15 @@ class Method:
     name: str
     multi_exit: bool  # False: one exit at the last layer (E = {L})
     stages: tuple[Stage, ...]
+    # True: trains sentence embeddings on a sentence task (rows of sentences, dev scored by
+    # the Spearman of cosine similarity); False: a classifier on a GLUE task
+    embeds: bool = False
 
 
 ALL = ("encoder", "final_exit", "inner_exits")
+# Sentence embeddings: the encoder and the final exit (its pooler; the classifier gets no
+# gradient, so the optimizer leaves it as initialised)
+EMBEDDING = ("encoder", "final_exit")
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
@@ -268,6 +284,23 @@ def _acl_cl(cfg: AclClKnobs) -> Method:
     return Method("acl-cl", True, (stage,))
 
 
+def _simcse_unsup(cfg: SimcseUnsupKnobs) -> Method:
+    # features[-1]: [2B, D], each row's two dropout encodings consecutively (views=2)
+    def loss(x: LossInputs) -> torch.Tensor:
+        return simcse_unsup_loss(x.features[-1], cfg.tau)
+
+    return Method("simcse-unsup", False, (Stage(EMBEDDING, loss, views=2, min_rows=2),), True)
+
+
+def _simcse_sup(cfg: SimcseSupKnobs) -> Method:
+    # features[-1]: [S, D], each row's anchor, positive and hard negative consecutively; a
+    # sentence task's labels are each row's number of sentences (modeling.batching)
+    def loss(x: LossInputs) -> torch.Tensor:
+        return simcse_sup_loss(x.features[-1], x.pool_labels, cfg.tau)
+
+    return Method("simcse-sup", False, (Stage(EMBEDDING, loss, min_rows=2),), True)
+
+
 class MethodEntry(NamedTuple):
     knobs: type  # the method's knobs record; params.yaml's methods.<name> fills it
     build: Callable[[Any], Method]  # knobs -> the method
@@ -284,6 +317,8 @@ _BUILDERS: dict[str, Callable[[Any], Method]] = {
     "deebert-sd": _deebert_sd,
     "romebert": _romebert,
     "acl-cl": _acl_cl,
+    "simcse-unsup": _simcse_unsup,
+    "simcse-sup": _simcse_sup,
 }
 # The catalogue: every method by name, in the table's order.
 METHODS: dict[str, MethodEntry] = {

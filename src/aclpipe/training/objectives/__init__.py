@@ -6,6 +6,8 @@ from aclpipe.training.objectives.acl_embed import acl_embed_loss
 from aclpipe.training.objectives.cross_layer import cross_layer_acl_loss
 from aclpipe.training.objectives.scl import scl_loss
 from aclpipe.training.objectives.self_distill import distill_kl, self_distill_loss
+from aclpipe.training.objectives.simcse_sup import simcse_sup_loss
+from aclpipe.training.objectives.simcse_unsup import simcse_unsup_loss
 from aclpipe.training.objectives.supcon import supcon
 
 __all__ = [
@@ -14,5 +16,7 @@ __all__ = [
     "distill_kl",
     "scl_loss",
     "self_distill_loss",
+    "simcse_sup_loss",
+    "simcse_unsup_loss",
     "supcon",
 ]
