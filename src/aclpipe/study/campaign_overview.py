@@ -69,7 +69,7 @@ def not_family_wise(summaries: dict[str, dict]) -> list[str]:
 def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
     done = sum(s["finished"] for s in summaries.values())
     # every task of the campaign, those with no finished run (and no summary) included
-    planned = len(campaign.tasks) * sum(len(campaign.seeds_for(run)) for run in campaign.runs)
+    planned = sum(len(campaign.tasks_for(r)) * len(campaign.seeds_for(r)) for r in campaign.runs)
     stacks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for task, summary in summaries.items():
         for name, n in summary["stacks"].items():

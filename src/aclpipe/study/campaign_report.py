@@ -106,7 +106,7 @@ def load_run(task_name: str, folder: Path) -> dict:
 def load_runs(campaign: Campaign, task: str) -> dict[str, dict[int, dict]]:
     """``{run: {seed: run folder}}`` of the campaign's planned runs that have finished."""
     found: dict[str, dict[int, dict]] = {}
-    for run in campaign.runs:
+    for run in (r for r in campaign.runs if task in campaign.tasks_for(r)):
         for seed in campaign.seeds_for(run):
             folder = campaign.run_dir(task, run, seed)
             if (folder / RUN_RECORD).exists():
@@ -134,10 +134,11 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     t = get_task(task)
     found = load_runs(campaign, task)
     finished = {run: sorted(by_seed) for run, by_seed in found.items()}
-    planned = {run: campaign.seeds_for(run) for run in campaign.runs}
+    planned = {r: campaign.seeds_for(r) for r in campaign.runs if task in campaign.tasks_for(r)}
     all_seeds = sorted({s for seeds in planned.values() for s in seeds})
-    ablations = [r for r in campaign.runs if r in campaign.ablations]
-    claims_runs = [r for r in campaign.runs if r not in campaign.ablations]
+    # the ablations and the experiment's runs: controls, each over its own seeds
+    ablations = [r for r in planned if r in campaign.ablations + campaign.experiment.runs]
+    claims_runs = [r for r in planned if r not in ablations]
 
     def done(runs: list[str], s: int) -> bool:
         return all(s in finished.get(r, []) for r in runs if s in planned[r])
@@ -159,7 +160,7 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     }
     table_seeds = {}
     for run, seeds in finished.items():
-        of_set = complete_ablations if run in campaign.ablations else complete
+        of_set = complete_ablations if run in ablations else complete
         table_seeds[run] = [s for s in seeds if s in of_set] if of_set else seeds
     out["left_out"] = {
         run: [s for s in finished[run] if s not in seeds]
