@@ -48,6 +48,9 @@ class DataConfig:
     # share of train held out as the validation split (stratified by label, fixed by seed),
     # on which hyper-parameters and exit thresholds are chosen; 0: no validation split
     validation_fraction: float = 0.0
+    # how the validation split is drawn: examples (one by one, stratified by label) |
+    # phrase-family (whole phrase families, for phrase rows such as SST-2's: data/phrase_holdout.py)
+    holdout: Literal["examples", "phrase-family"] = "examples"
 
 
 @dataclass

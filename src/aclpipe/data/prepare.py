@@ -15,6 +15,7 @@ from pathlib import Path
 from aclpipe import atomic
 from aclpipe.config import DataConfig
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
+from aclpipe.data.phrase_holdout import carve_by_family
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task
 from aclpipe.layout import META, VALIDATION
@@ -110,7 +111,11 @@ def prepare(
     }
     if data.validation_fraction > 0:
         meta["validation_fraction"] = data.validation_fraction
-    train, validation = carve_validation(task, read("train"), data.validation_fraction, data.seed)
+    carve = carve_validation
+    if data.holdout == "phrase-family":  # SST-2's phrase rows: no family on both sides
+        meta["holdout"] = data.holdout
+        carve = lambda task, rows, fraction, seed: carve_by_family(rows, fraction, seed)  # noqa: E731
+    train, validation = carve(task, read("train"), data.validation_fraction, data.seed)
     splits = {"train": subsample(train, data.max_train_samples, data.seed)}
     if validation:
         splits[VALIDATION] = validation
