@@ -63,6 +63,7 @@ from aclpipe.config import Params, apply_overrides, params_from_dict
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, TRAINING_LOG, Layout
+from aclpipe.study.verdicts import Rules, rules_from
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Campaign:
     ablations: list[str] = dataclasses.field(default_factory=list)
     ablation_seeds: list[int] = dataclasses.field(default_factory=list)
     experiment: Experiment = dataclasses.field(default_factory=Experiment)
+    verdicts: Rules = dataclasses.field(default_factory=Rules)  # margin, resamples, rule floor
 
     def seeds_for(self, run: str) -> list[int]:
         """The seeds a run is planned for: ablation_seeds for an ablation, the experiment's
@@ -108,6 +110,11 @@ class Campaign:
         if run in self.experiment.runs:
             return self.experiment.seeds
         return self.ablation_seeds if run in self.ablations else self.seeds
+
+    @property
+    def controls(self) -> list[str]:
+        """The runs that are not the claims' own: the ablations and the experiment's runs."""
+        return self.ablations + self.experiment.runs
 
     def tasks_for(self, run: str) -> list[str]:
         """The tasks a run is planned for: the experiment's tasks for one of its runs, else tasks."""
@@ -215,7 +222,7 @@ def load_campaign(path: Path) -> Campaign:
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
     keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "experiment", "variants"}
-    keys |= {"task_settings"}
+    keys |= {"task_settings", "verdicts"}
     unknown = set(spec) - keys - {"tune"}
     if unknown:
         raise UserError(
@@ -265,7 +272,7 @@ def load_campaign(path: Path) -> Campaign:
     tuning = _tuning(spec["tune"], path) if spec.get("tune") is not None else None
     campaign = Campaign(
         path, raw, tasks, seeds, runs, variants, settings, tuning, ablations, ablation_seeds,
-        experiment,
+        experiment, rules_from(spec.get("verdicts"), f"campaign.verdicts in {path}"),
     )
     for task in tasks:  # every run's params must build: fail now, not hours in
         for run in runs:
