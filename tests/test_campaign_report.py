@@ -342,7 +342,7 @@ def test_a_gradient_rule_that_altered_under_1_percent_was_not_exercised(
     assert "holm_p" not in grad and summary["family"] == 1  # acl - ce alone
     from aclpipe.study.campaign_markdown import claim_line
 
-    assert "**rule not exercised** (acl's rule altered 0.5% of 400 steps)" in claim_line(grad)
+    assert "p -: **rule not exercised** (acl's rule altered 0.5% of 400 steps)" in claim_line(grad)
     for seed in (1, 2):  # now 4 of 200 steps: 2%, exercised
         log = path.parent / "runs" / "sst2" / f"acl-s{seed}" / "steps.jsonl"
         rows = [{"step": i + 1, "cosine": c, "altered": c < 0}

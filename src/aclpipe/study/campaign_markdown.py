@@ -11,6 +11,7 @@ from aclpipe.layout import RESULTS_ANGLES_PNG, RESULTS_COST_PNG, RESULTS_EXITS_P
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.measures import ROUNDING
+from aclpipe.study.verdicts import NOT_EXERCISED
 
 # The campaign's per-task results, tuning reports and figures sit in reports/campaign/, apart
 # from the default pipeline's reports/<task>/ (whose tradeoff stage depends on that whole
@@ -78,6 +79,8 @@ ALIKE = "the two score alike on every example"
 def p_value(claim: dict) -> str:
     """The p of the printed verdict (``verdicts``), four decimals: 0.0255 must not read as
     0.025, the level. Where the two runs score alike on every example it says so."""
+    if claim["verdict"] == NOT_EXERCISED:
+        return "-"  # no verdict, so no p
     text = f"{claim['p']:.4f}"
     if all(abs(claim[k]) <= ROUNDING for k in ("difference", "low", "high")):
         text += f" ({ALIKE})"

@@ -88,9 +88,11 @@ def context_table(summaries: dict[str, dict]) -> str:
                   "DistilBERT / BERT-of-Theseus (6 layers, published)"], rows)  # fmt: skip
 
 
-def _names(claims: list[dict]) -> str:
+def _names(claims: list[dict], verdict: bool = True) -> str:
     return "; ".join(
-        f"{c['a']} - {c['b']} {MEASURE_NAMES[c['measure']]} ({c['verdict']})" for c in claims
+        f"{c['a']} - {c['b']} {MEASURE_NAMES[c['measure']]}"
+        + (f" ({c['verdict']})" if verdict else "")
+        for c in claims
     )
 
 
@@ -110,7 +112,7 @@ def in_short(summaries: dict[str, dict]) -> list[str]:
         text += f" ({_names(held)}), {len(wise)} of them family-wise" if held else ""
         text += f"; against the claim (worse): {_names(against)}" if against else ""
         text += f"; inconclusive: {len(unsure)}" if unsure else ""
-        text += f"; rule not exercised: {_names(idle)}" if idle else ""
+        text += f"; rule not exercised: {_names(idle, False)}" if idle else ""
         lines.append(text + ".")
     dropped = [t for t in summaries if t not in counted]
     if dropped:
