@@ -79,7 +79,8 @@ def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
         "task": "sst2", "run": run, "method": method, "seed": seed,
         "overrides": [f"train.seed={seed}"], "environment": stack or STACK,
         "params": {"evaluate": {"grid_points": 5, "patience_eps": 0.1}},
-        "data": {"splits": {"train": {"examples": 100}, "dev": {"examples": N_DEV}}},
+        "data": {"splits": {"train": {"examples": 100, "labels": {"0": 60, "1": 40}},
+                            "dev": {"examples": N_DEV}}},
         "command": f"aclpipe campaign run --task sst2 --run {run} --seed {seed}",
     }  # fmt: skip
     (folder / METRICS).write_text(json.dumps(metrics))
@@ -91,7 +92,7 @@ def write_run(root: Path, run: str, method: str, seed: int, skill: list[float],
 
 
 def write_campaign(folder: Path, base: dict, **spec) -> Path:
-    campaign = {"tasks": ["sst2"], "seeds": [1, 2, 3], **spec}
+    campaign = {"tasks": ["sst2"], "seeds": [1, 2, 3], "verdicts": {"resamples": 2000}, **spec}
     path = folder / CAMPAIGN_PARAMS
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**base, "campaign": campaign}), encoding="utf-8")
@@ -161,35 +162,45 @@ def test_figures_against_plain_references(built: Path) -> None:
     assert angles["steps"] == 2 and angles["mean_angle"] == pytest.approx(45)
 
 
+ACL_CE = "ACL outperforms or performs comparably with CE (final exit; A1)"
+CL_JOINT = "ACL-CL against joint (the same exits without contrastive terms) on the {}"
+
+
 def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
     summary = summarise_task(load_campaign(built), "sst2", resamples=200)
     claims = {c["question"]: c for c in summary["claims"]}
-    acl_ce = claims["ACL beats CE on the final exit"]
-    assert acl_ce["seeds"] == [1, 2, 3] and acl_ce["verdict"] == "better" and acl_ce["p"] == 0
+    controls = {c["question"]: c for c in summary["controls"]}
+    acl_ce = claims[ACL_CE]
+    assert acl_ce["seeds"] == [1, 2, 3] and acl_ce["verdict"] == "better" and acl_ce["holds"]
+    assert acl_ce["p"] == acl_ce["p_better"] == pytest.approx(1 / 2001)  # no resample <= 0
     finals = [plain(outputs(s, N_DEV, [0.7])[0][0].argmax(-1), np.arange(N_DEV) % 2)
               for s in (1, 2, 3)]  # fmt: skip
     assert acl_ce["difference"] == pytest.approx(1 - statistics.fmean(finals))
-    same = claims["ACL-CL beats joint on the average over exits"]
+    assert acl_ce["a_mean"] == 1.0 and acl_ce["b_mean"] == pytest.approx(statistics.fmean(finals))
+    # acl-cl and joint: the same outputs; a control now, and comparable (identical runs)
+    same = controls[CL_JOINT.format("average over exits")]
     assert same["seeds"] == [1, 2]  # acl-cl has no seed 3 yet
     assert (same["difference"], same["low"], same["high"]) == (0, 0, 0)
-    assert same["verdict"] == "no detectable difference"
-    auc = claims["ACL-CL beats joint on speed-quality (AUC)"]
-    assert auc["verdict"] == "no detectable difference" and auc["difference"] == 0
-    assert claims["ACL beats CE+SCL on the final exit"]["verdict"] == "not in this campaign"
+    assert same["verdict"] == "comparable" and not same["holds"]  # "beats" needs better
+    auc = controls[CL_JOINT.format("speed-quality curve (AUC)")]
+    assert auc["verdict"] == "comparable" and auc["difference"] == 0
+    scl = "ACL outperforms or performs comparably with CE+SCL (final exit; A1)"
+    assert claims[scl]["verdict"] == "not in this campaign"
     floor = summary["noise_floor"]
     assert floor["seeds"] == [1]  # deebert has seed 1 only
-    # The family: the 7 tested claims (acl-ce; acl-cl against deebert and joint on three
-    # measures each), Holm over their two-sided p; the noise floor and untested claims are out.
+    # ce beats a constant guess of the majority label (0): the task is informative
+    assert summary["informative"]["verdict"] == "better"
+    # The family: the papers' claims tested (acl-ce; acl-cl against deebert on three
+    # measures), Holm over each one's printed p; controls and the noise floor are out.
     tested = [c for c in summary["claims"] if "difference" in c]
-    assert summary["family"] == len(tested) == 7
+    assert summary["family"] == len(tested) == 4
     assert all("holm_p" in c for c in tested) and "holm_p" not in floor
-    assert "holm_p" not in claims["ACL beats CE+SCL on the final exit"]
+    assert all("holm_p" not in c for c in summary["controls"])
     from aclpipe.study.paired import holm
 
-    assert [c["holm_p"] for c in tested] == holm([c["p_two_sided"] for c in tested])
-    assert acl_ce["p_two_sided"] == pytest.approx(2 / 201)  # no resample at or below 0
-    assert acl_ce["holm_p"] == pytest.approx(7 * 2 / 201)  # the smallest p: times the family
-    assert same["holm_p"] == 1.0
+    assert [c["holm_p"] for c in tested] == pytest.approx(holm([c["p"] for c in tested]))
+    assert acl_ce["holm_p"] == pytest.approx(4 / 2001)  # the smallest p: times the family
+    assert acl_ce["family_wise"]
 
 
 @pytest.mark.slow
@@ -200,8 +211,9 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "(12 of 15 runs done)" in text
     assert "Not run yet: deebert (seeds 2, 3); acl-cl (seeds 3)" in text
     assert "Finished but left out of the tables until every run of its set has that seed" in text
-    line = next(r for r in text.splitlines() if r.startswith("| ACL beats CE on the final"))
-    assert "**better**" in line and "[+" in line and "| 1, 2, 3 |" in line
+    line = next(r for r in text.splitlines() if r.startswith(f"| {ACL_CE}"))
+    assert "**better** | yes |" in line and "[+" in line and "| 1, 2, 3 |" in line
+    assert "| 100.0 / 73.3 |" in line  # both sides over the claim's own seeds
     assert "(1 seed: examples only)" in text  # the noise floor: deebert has one seed
     from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE
 
@@ -218,23 +230,31 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "12 of 15 planned runs done" in overview
     assert "[sst2](campaign/sst2/results.md)" in overview
     assert "every task: campaign/results_score_vs_time.png" in overview
-    assert "- ACL beats CE on the final exit: acl - ce = +" in overview
-    assert "## Where the seeds' claims do not hold here" in overview
+    assert f"- {ACL_CE}: acl - ce = +" in overview
+    assert "## Where the papers' claims do not hold here (informative tasks)" in overview
     assert FEW_SEEDS_NOTE in overview
-    # each failing verdict with its interval and the seeds it rests on (acl-cl has seeds 1-2)
-    assert ("- Claimed: ACL-CL beats joint on the average over exits. Here: sst2: no detectable "
-            "difference, +0.0 [+0.0, +0.0] (2 seeds only).\n") in overview  # fmt: skip
+    # each failing verdict with its interval and the seeds it rests on (deebert: seed 1)
+    assert ("- Claimed: ACL-CL surpasses DeeBERT on the shallow exits (A4). Here: sst2: "
+            "inconclusive (no difference larger than 13.3), +0.0 [-13.3, +13.3] (1 seed: "
+            "examples only).\n") in overview  # fmt: skip
     assert "| gpu, torch 2.0, transformers 4.0, Python 3.11 | sst2 1 run |" in overview
-    # the family-wise view, at 2,000 resamples: 7 x 2 / 2001 = 0.0070 < 0.05
-    family = ("Family-wise (Holm over the 7 claims tested here, two-sided bootstrap p, 5% for "
-              "the family): the one better/worse verdict holds: acl - ce final exit (two-sided "
-              "p 0.0010, adjusted 0.0070).")  # fmt: skip
+    # the family at 2,000 resamples: the 4 papers' claims, acl - ce's p 1 / 2001 times 4
+    family = ("Family-wise (Holm over the 4 papers' claims tested here, each with its "
+              "verdict's p, 2.5% for the family): 1 of the 1 verdicts hold: acl - ce final "
+              "exit, better (p 0.0005, adjusted 0.0020 ± 0.0020).")  # fmt: skip
     assert family in text and family in overview
-    assert "| p | Holm p (family) | verdict |" in text
-    assert "| 0.0070 | **better** |" in line
+    assert "| p (of the verdict) | Holm p ± MC error | verdict | holds |" in text
+    assert "| 0.0005 | 0.0020 ± 0.0020 | **better** |" in line
     floor_row = next(r for r in text.splitlines() if r.startswith("| Noise floor"))
-    assert "| 0.9960 | - | **worse** |" in floor_row  # not in the family
-    assert "but not when each task's claims are taken as one family" not in overview
+    assert "| 0.0095 | - | **worse** |" in floor_row  # not in the family
+    # the controls in a section of their own, after the papers' claims
+    assert text.index("## Own controls and ablations") > text.index(f"| {ACL_CE}")
+    assert text.index("| ACL-CL against joint") > text.index("## Own controls and ablations")
+    # the context: training data used, ce beside the majority class and the references
+    assert ("| sst2 | 100 of 67,349 | 70.0 (1 seed) [55.0, 85.0] | 50.0 | +23.3 [+5.0, +41.7] "
+            "| yes | 91.3 / 91.8 |") in overview  # fmt: skip
+    assert "How exit thresholds (and the base recipe) are chosen" in overview
+    assert "- sst2: 1 of 4 papers' claims hold by the per-claim rule" in overview
     first = (campaign_reports(reports, "sst2") / RESULTS_JSON).read_text()
     write_reports(load_campaign(built), reports)  # deterministic: rebuilt byte for byte
     assert (campaign_reports(reports, "sst2") / RESULTS_JSON).read_text() == first
@@ -272,8 +292,8 @@ def test_ablations_on_fewer_seeds_and_waves(tmp_path: Path, params_dict) -> None
     assert "5 of 16 planned runs done" in overview  # mrpc has none yet and still counts
     # only ce and joint ran: no seed claim compares those two, so none is tested, and the
     # page must not read as if every claim held
-    assert "No seed claim has been tested yet" in overview
-    assert "holds where it was tested" not in overview
+    assert "No papers' claim has been tested yet on an informative task" in overview
+    assert "holds by the per-claim rule where it was tested" not in overview
 
 
 def test_the_overview_says_how_many_claims_were_tested(built: Path, tmp_path: Path) -> None:
@@ -281,27 +301,128 @@ def test_the_overview_says_how_many_claims_were_tested(built: Path, tmp_path: Pa
     write_run(built.parent, "deebert", "deebert", 2, MULTI, data_seed=2)
     write_run(built.parent, "deebert", "deebert", 3, MULTI, data_seed=3)
     summaries = {"sst2": summarise_task(load_campaign(built), "sst2", resamples=200)}
-    tested = [c for c in summaries["sst2"]["claims"] if c["seed_claim"] and "difference" in c]
-    assert tested
-    for claim in summaries["sst2"]["claims"]:  # as if every tested claim had held
-        if claim in tested:
-            claim["verdict"] = "better"
+    tested = [c for c in summaries["sst2"]["claims"] if "difference" in c]
+    assert len(tested) == 4
+    for claim in tested:  # as if every tested claim had held
+        claim["verdict"], claim["holds"] = "better", True
     text = overview_markdown(load_campaign(built), summaries)
     assert (
-        f"Every seed claim tested so far ({len(tested)} task-claim pairs) holds by the per-claim rule"
+        "Every papers' claim tested so far (4 task-claim pairs) holds by the per-claim rule"
         in text
     )
-    # ... but only by that rule: their Holm p (computed before the verdicts were forced) say
-    # which would not hold family-wise, and the page lists them
-    lone = [f"sst2: {c['a']} - {c['b']}" for c in tested if c["holm_p"] >= 0.05]
-    assert lone[0] == "sst2: acl - ce"  # 7 x 2 / 201 = 0.0697 at 200 resamples
-    assert (
-        "but not when each task's claims are taken as one family (Holm, family-wise 5%): "
-        "sst2: acl - ce final exit (two-sided p 0.0100, adjusted 0.0697); sst2: acl-cl - "
-        "deebert shallow exits"
-    ) in text
-    where = text[text.index("## Where the seeds") :]
-    assert where.count("(two-sided p ") == len(lone)
+    assert "- sst2: 4 of 4 papers' claims hold by the per-claim rule" in text
+
+
+def test_an_uninformative_task_is_marked_and_left_out(built: Path, tmp_path: Path) -> None:
+    """ce no better than a constant guess: every verdict stays, marked, out of every family
+    and of the summary."""
+    campaign = load_campaign(built)
+    for seed in (1, 2, 3):  # ce now always predicts the majority label 0: 50% on dev
+        folder = campaign.run_dir("sst2", "ce", seed)
+        with np.load(folder / "predictions.npz") as z:
+            arrays = dict(z)
+        arrays["dev_logits"][..., 0], arrays["dev_logits"][..., 1] = 1.0, 0.0
+        np.savez_compressed(folder / "predictions.npz", **arrays)
+    summary = summarise_task(campaign, "sst2", resamples=200)
+    assert summary["informative"]["verdict"] != "better"
+    assert summary["informative"]["difference"] == 0.0
+    assert summary["family"] == 0 and all("holm_p" not in c for c in summary["claims"])
+    reports = tmp_path / "reports"
+    write_reports(campaign, reports)
+    text = (reports / "campaign" / "sst2" / "results.md").read_text()
+    assert "Family-wise: none; uninformative task: ce does not beat the majority class" in text
+    line = next(r for r in text.splitlines() if r.startswith(f"| {ACL_CE}"))
+    assert "[uninformative task: ce does not beat the majority class]" in line
+    overview = (reports / "README.md").read_text()
+    assert "| no: uninformative** |" in overview.replace("**no", "no")
+    assert "- Uninformative, left out of the families and this summary: sst2" in overview
+    assert "No papers' claim has been tested yet on an informative task" in overview
+
+
+def test_a_gradient_rule_that_altered_under_1_percent_was_not_exercised(
+    tmp_path: Path, params_dict
+) -> None:
+    """acl against acl-nograd: acl's log says how many steps its rule dropped the ACL term;
+    under 1% the claim reads "rule not exercised" and leaves the family, from 1% it is judged."""
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "acl"], seeds=[1, 2],
+                          ablations=["acl-nograd"], ablation_seeds=[1, 2],
+                          variants={"acl-nograd": {"method": "acl", "set": {"acl_grad": False}}})  # fmt: skip
+    for seed in (1, 2):
+        write_run(path.parent, "ce", "ce", seed, [0.9])  # well above the majority class
+        write_run(path.parent, "acl-nograd", "acl", seed, [0.7])
+        write_run(path.parent, "acl", "acl", seed, [0.7], data_seed=seed,
+                  cosines=[0.5] * 199 + [-0.5])  # 1 of 200 steps dropped: 0.5%  # fmt: skip
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    grad = next(c for c in summary["claims"] if c["b"] == "acl-nograd")
+    assert grad["verdict"] == "rule not exercised" and not grad["holds"]
+    assert grad["rule_altered"] == pytest.approx(2 / 400) and grad["rule_steps"] == 400
+    assert "holm_p" not in grad and summary["family"] == 1  # acl - ce alone
+    from aclpipe.study.campaign_markdown import claim_line
+
+    assert "p -: **rule not exercised** (acl's rule altered 0.5% of 400 steps)" in claim_line(grad)
+    for seed in (1, 2):  # now 4 of 200 steps: 2%, exercised
+        log = path.parent / "runs" / "sst2" / f"acl-s{seed}" / "steps.jsonl"
+        rows = [{"step": i + 1, "cosine": c, "altered": c < 0}
+                for i, c in enumerate([0.5] * 196 + [-0.5] * 4)]  # fmt: skip
+        log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    grad = next(c for c in summary["claims"] if c["b"] == "acl-nograd")
+    assert grad["rule_exercised"] and grad["verdict"] in ("comparable", "inconclusive")
+    assert grad["rule_altered"] == pytest.approx(0.02) and "holm_p" in grad
+
+
+def test_ablation_rows_sit_beside_their_run_over_the_same_seeds(tmp_path: Path,
+                                                                params_dict) -> None:  # fmt: skip
+    """acl over seeds 1-3, its ablation over 1-2: the ablations' table shows acl over 1-2."""
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "acl"],
+                          ablations=["acl-nograd"], ablation_seeds=[1, 2],
+                          variants={"acl-nograd": {"method": "acl", "set": {"acl_grad": False}}})  # fmt: skip
+    for seed in (1, 2, 3):
+        write_run(path.parent, "ce", "ce", seed, [0.6])
+        write_run(path.parent, "acl", "acl", seed, [0.9 if seed == 3 else 0.7])
+    for seed in (1, 2):
+        write_run(path.parent, "acl-nograd", "acl", seed, [0.7], data_seed=10 + seed)
+    summary = summarise_task(load_campaign(path), "sst2", resamples=200)
+    beside = summary["beside"]["acl-nograd"]
+    assert beside["run"] == "acl" and beside["seeds"] == [1, 2]
+    finals = [plain(outputs(s, N_DEV, [0.7])[0][0].argmax(-1), np.arange(N_DEV) % 2)
+              for s in (1, 2)]  # fmt: skip
+    assert beside["final"]["mean"] == pytest.approx(statistics.fmean(finals))
+    assert summary["runs"]["acl"]["seeds"] == [1, 2, 3]
+    write_reports(load_campaign(path), tmp_path / "reports")
+    text = (tmp_path / "reports" / "campaign" / "sst2" / "results.md").read_text()
+    section = text[text.index("### Ablations and the experiment") :]
+    assert "| acl (beside acl-nograd) | acl | - | 1, 2 |" in section
+    assert "| acl-nograd | acl | - | 1, 2 |" in section
+    main = text[text.index("## Scores per run") : text.index("### Ablations and the experiment")]
+    assert "| acl-nograd |" not in main
+
+
+def test_the_experiment_runs_on_its_own_tasks_and_seeds(tmp_path: Path, params_dict) -> None:
+    """campaign.experiment: scl-grad on one task over its own seeds, its own dvc stage."""
+    from aclpipe.study.campaign_runner import commit_command, pending
+
+    path = write_campaign(tmp_path, params_dict(None), runs=["ce", "scl"], seeds=[1],
+                          tasks=["sst2", "mrpc"],
+                          experiment={"runs": ["scl-grad"], "tasks": ["sst2"], "seeds": [1, 2]},
+                          variants={"scl-grad": {"method": "scl", "set": {"acl_grad": True}}})  # fmt: skip
+    campaign = load_campaign(path)
+    assert campaign.tasks_for("scl-grad") == ["sst2"] and campaign.seeds_for("scl-grad") == [1, 2]
+    assert campaign.params("sst2", "scl-grad", 2).method("scl").acl_grad is True
+    assert campaign.params("sst2", "scl", 1).method("scl").acl_grad is False
+    jobs = pending(campaign)
+    assert ("sst2", "scl-grad", 2) in jobs and ("mrpc", "scl-grad", 1) not in jobs
+    assert len(jobs) == 2 * 2 + 2  # ce and scl on both tasks at seed 1, scl-grad twice
+    with pytest.raises(UserError, match="planned for sst2 only"):
+        campaign.overrides("mrpc", "scl-grad", 1)
+    with pytest.raises(UserError, match="campaign.experiment.seeds"):
+        campaign.overrides("sst2", "scl-grad", 3)
+    folder = campaign.run_dir("sst2", "scl-grad", 1)
+    assert commit_command(campaign, [folder]).endswith("dvc.yaml:experiment@1-sst2-scl-grad")
+    bad = write_campaign(tmp_path / "bad", params_dict(None), runs=["ce"],
+                         experiment={"runs": ["ce"], "tasks": ["sst2"], "seeds": [1]})  # fmt: skip
+    with pytest.raises(UserError, match="not in runs or ablations"):
+        load_campaign(bad)
 
 
 def test_budgets_below_the_majority_class_are_marked(tmp_path: Path, params_dict) -> None:
@@ -434,27 +555,28 @@ def test_plot_panels_put_each_ablation_beside_the_run_it_changes() -> None:
 
 
 def test_a_claim_line_keeps_p_apart_from_the_interval_edge() -> None:
-    """p 0.0255 must not print as 0.025 (the two-sided 95% interval's edge); two seeds say
-    how little of the seed variation the interval holds."""
+    """p 0.0255 must not print as 0.025 (the level); two seeds say how little of the seed
+    variation the interval holds; an inconclusive line says how large a difference it rules
+    out."""
     from aclpipe.study.campaign_markdown import claim_line
 
     claim = {"question": "ACL beats CE+SCL on the final exit", "a": "acl", "b": "scl",
-             "difference": 0.017, "low": 0.0, "high": 0.034, "p": 0.0255, "resamples": 2000,
-             "verdict": "no detectable difference", "seeds": [1, 2]}  # fmt: skip
+             "difference": 0.017, "low": -0.001, "high": 0.034, "p": 0.0255, "resamples": 2000,
+             "verdict": "inconclusive", "detectable": 0.034, "seeds": [1, 2]}  # fmt: skip
     line = claim_line(claim)
-    assert "p 0.0255:" in line and "[+0.0, +3.4]" in line
+    assert "p 0.0255:" in line and "[-0.1, +3.4]" in line
+    assert "**inconclusive** (no difference larger than 3.4 points)" in line
     assert "(seeds 1, 2; 2 seeds only)" in line
     assert "only" not in claim_line({**claim, "seeds": [1, 2, 3]})
     # a bound that one decimal would print as +0.0 shows its sign
     assert "[+0.0083, +3.4]" in claim_line({**claim, "low": 0.000083, "verdict": "better"})
     assert "[-0.0037, +3.4]" in claim_line({**claim, "low": -0.000037})
     assert "1 seed: examples only" in claim_line({**claim, "seeds": [1]})
-    # runs alike on every example: every resample gives 0, and p says so rather than 1.0000
-    alike = {**claim, "difference": 0.0, "low": 0.0, "high": 0.0, "p": 1.0}
-    assert ("= +0.0 [+0.0, +0.0] points, p 1 (every resample gives 0: the two score alike on "
-            "every example): **no detectable difference**") in claim_line(alike)  # fmt: skip
-    # a difference of 0 whose interval is not 0 is an ordinary p
-    assert "p 0.5125:" in claim_line({**alike, "low": -0.004, "high": 0.004, "p": 0.5125})
+    # runs alike on every example: comparable, and p says why
+    alike = {**claim, "difference": 0.0, "low": 0.0, "high": 0.0, "p": 0.0005,
+             "verdict": "comparable"}  # fmt: skip
+    assert ("= +0.0 [+0.0, +0.0] points, p 0.0005 (the two score alike on every example): "
+            "**comparable**") in claim_line(alike)  # fmt: skip
 
 
 def test_runs_scored_on_other_data_are_a_one_line_error(tmp_path: Path, params_dict) -> None:
@@ -501,75 +623,85 @@ def test_the_few_seeds_legend_shows_only_while_a_claim_rests_on_one_or_two_seeds
 
 
 def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
-    """A failing verdict is shown with its interval and how many seeds it rests on; a claim
-    that holds everywhere, a control (not a seed claim) and an untested claim are left out."""
+    """A claim that does not hold is shown with its interval and how many seeds it rests on;
+    one that holds, an untested one and every claim of an uninformative task are left out."""
     from aclpipe.study.campaign_overview import not_holding
 
-    def claim(question, verdict, seeds, seed_claim=True, tested=True):
-        c = {"question": question, "verdict": verdict, "seeds": seeds, "seed_claim": seed_claim}
-        return c | ({"difference": -0.012, "low": -0.023, "high": -0.001} if tested else {})
+    def claim(question, verdict, seeds, holds=False, tested=True):
+        c = {"question": question, "verdict": verdict, "seeds": seeds, "holds": holds}
+        return c | ({"difference": -0.012, "low": -0.023, "high": -0.001, "detectable": 0.023}
+                    if tested else {})  # fmt: skip
 
+    good = {"informative": {"verdict": "better"}}
     summaries = {
-        "mrpc": {"claims": [claim("A beats B", "better", [1, 2, 3]),
-                            claim("C beats D", "no detectable difference", [1, 2, 3]),
-                            claim("control", "worse", [1, 2, 3], seed_claim=False),
-                            claim("E beats F", "not run yet", [], tested=False)]},
-        "sst2": {"claims": [claim("A beats B", "better", [1]),
-                            claim("C beats D", "worse", [1]),
-                            claim("control", "worse", [1], seed_claim=False),
-                            claim("E beats F", "not run yet", [], tested=False)]},
+        "mrpc": good | {"claims": [claim("A beats B", "better", [1, 2, 3], holds=True),
+                                   claim("C beats D", "inconclusive", [1, 2, 3]),
+                                   claim("E beats F", "not run yet", [], tested=False)]},
+        "sst2": good | {"claims": [claim("A beats B", "comparable", [1]),
+                                   claim("C beats D", "worse", [1]),
+                                   claim("E beats F", "not run yet", [], tested=False)]},
+        "rte": {"informative": {"verdict": "inconclusive"},
+                "claims": [claim("A beats B", "worse", [1, 2, 3]),
+                           claim("C beats D", "worse", [1, 2, 3]),
+                           claim("E beats F", "worse", [1, 2, 3])]},
     }  # fmt: skip
     assert not_holding(summaries) == [
-        "- Claimed: C beats D. Here: mrpc: no detectable difference, -1.2 [-2.3, -0.1] "
-        "(seeds 1, 2, 3); sst2: worse, -1.2 [-2.3, -0.1] (1 seed: examples only)."
+        "- Claimed: A beats B. Here: sst2: comparable, -1.2 [-2.3, -0.1] (1 seed: examples "
+        "only).",
+        "- Claimed: C beats D. Here: mrpc: inconclusive (no difference larger than 2.3), "
+        "-1.2 [-2.3, -0.1] (seeds 1, 2, 3); sst2: worse, -1.2 [-2.3, -0.1] (1 seed: examples "
+        "only).",
     ]
-    # a "worse" that Holm does not reject at the family level says so; one it does, not
-    summaries["sst2"]["claims"][1] |= {"seeds": [1, 2, 3], "holm_p": 0.4618}
-    assert not_holding(summaries)[0].endswith(
-        "sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3; not family-wise: adjusted p 0.4618)."
+    # a "worse" that Holm does not reject at the family level says so
+    summaries["sst2"]["claims"][1] |= {"seeds": [1, 2, 3], "holm_p": 0.4618,
+                                       "holm_mc_error": 0.005, "family_wise": False}  # fmt: skip
+    assert not_holding(summaries)[1].endswith(
+        "sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3; not family-wise: adjusted p "
+        "0.4618 ± 0.0050)."
     )
-    summaries["sst2"]["claims"][1]["holm_p"] = 0.05  # at the level: Holm still rejects
-    assert not_holding(summaries)[0].endswith("sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3).")
-    summaries["mrpc"]["claims"][1]["holm_p"] = 0.9  # no verdict to qualify
-    assert "(seeds 1, 2, 3); sst2" in not_holding(summaries)[0]
+    summaries["sst2"]["claims"][1] |= {"holm_p": 0.02, "family_wise": True}
+    assert not_holding(summaries)[1].endswith("sst2: worse, -1.2 [-2.3, -0.1] (seeds 1, 2, 3).")
 
 
 def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:
-    """Which better/worse verdicts survive Holm (adjusted p at most 0.05), in results.md and
-    the overview; "better" seed claims that do not are listed apart in the overview;
-    controls are not seed claims."""
+    """Which decided verdicts survive Holm (adjusted p at most 2.5%), each with its Monte
+    Carlo error, borderline when within 3 errors of the level."""
     from aclpipe.study.campaign_markdown import family_line
-    from aclpipe.study.campaign_overview import not_family_wise
 
-    def claim(a, verdict, holm_p, seed_claim=True):
-        return {"a": a, "b": "ce", "measure": "final", "verdict": verdict, "holm_p": holm_p,
-                "p_two_sided": holm_p / 3, "seed_claim": seed_claim, "difference": 0.01}  # fmt: skip
+    def claim(a, verdict, holm_p, error=0.001):
+        return {"a": a, "b": "ce", "measure": "final", "verdict": verdict, "p": holm_p / 3,
+                "holm_p": holm_p, "holm_mc_error": error, "family_wise": holm_p <= 0.025,
+                "difference": 0.01}  # fmt: skip
 
-    summary = {"family": 3, "claims": [claim("acl", "better", 0.012),
-                                       claim("scl", "worse", 0.0501),
-                                       claim("joint", "better", 0.3, seed_claim=False),
-                                       {"a": "x", "b": "y", "measure": "auc",
-                                        "verdict": "not run yet", "seed_claim": True}]}  # fmt: skip
+    good = {"informative": {"verdict": "better"}}
+    summary = good | {"family": 3, "claims": [claim("acl", "better", 0.012),
+                                              claim("scl", "worse", 0.0501),
+                                              claim("joint", "comparable", 0.024, 0.002),
+                                              {"a": "x", "b": "y", "measure": "auc",
+                                               "verdict": "not run yet"}]}  # fmt: skip
     assert family_line(summary) == (
-        "Family-wise (Holm over the 3 claims tested here, two-sided bootstrap p, 5% for the "
-        "family): 1 of the 3 better/worse verdicts hold: acl - ce final exit (two-sided p "
-        "0.0040, adjusted 0.0120); not: scl - ce final exit (two-sided p 0.0167, adjusted "
-        "0.0501), joint - ce final exit (two-sided p 0.1000, adjusted 0.3000)."
+        "Family-wise (Holm over the 3 papers' claims tested here, each with its verdict's p, "
+        "2.5% for the family): 2 of the 3 verdicts hold: acl - ce final exit, better (p "
+        "0.0040, adjusted 0.0120 ± 0.0010); joint - ce final exit, comparable (p 0.0080, "
+        "adjusted 0.0240 ± 0.0020 (borderline)). Not: scl - ce final exit, worse (p 0.0167, "
+        "adjusted 0.0501 ± 0.0010)."
     )
-    assert not_family_wise({"mrpc": summary}) == []  # scl is worse, joint a control
-    summary["claims"][0]["holm_p"] = 0.05  # at the level: Holm still rejects
-    assert not_family_wise({"mrpc": summary}) == []
-    summary["claims"][0]["holm_p"] = 0.07
-    assert not_family_wise({"mrpc": summary}) == [
-        "mrpc: acl - ce final exit (two-sided p 0.0040, adjusted 0.0700)"
-    ]
-    one = {"family": 2, "claims": summary["claims"][:1]}
-    assert family_line(one).endswith(
-        "the one better/worse verdict does not hold: acl - ce final exit (two-sided p 0.0040, "
-        "adjusted 0.0700)."
-    )
-    quiet = {"family": 2, "claims": [claim("acl", "no detectable difference", 0.4)]}
+    quiet = good | {"family": 2, "claims": [claim("acl", "inconclusive", 0.4)]}
     assert family_line(quiet).endswith(
-        "no verdict is better or worse, so none is there to correct."
+        "no verdict is better, worse or comparable, so none is there to correct."
     )
-    assert family_line({"family": 0, "claims": []}) == "Family-wise: no claim tested yet."
+    assert family_line(good | {"family": 0, "claims": []}) == "Family-wise: no claim tested yet."
+
+
+def test_the_majority_label_from_a_data_record_with_named_classes() -> None:
+    """RTE's record names its classes; SST-2's numbers them; a tie takes the smaller index."""
+    from aclpipe.study.campaign_report import majority_label
+
+    def record(labels):
+        return {"splits": {"train": {"labels": labels}}}
+
+    assert majority_label(TASKS["rte"], record({"entailment": 1124, "not_entailment": 1117})) == 0
+    assert majority_label(TASKS["rte"], record({"entailment": 1, "not_entailment": 9})) == 1
+    assert majority_label(TASKS["sst2"], record({"0": 8959, "1": 11041})) == 1
+    assert majority_label(TASKS["sst2"], record({"0": 5, "1": 5})) == 0
+    assert majority_label(TASKS["sst2"], None) is None

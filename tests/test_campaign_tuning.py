@@ -393,3 +393,27 @@ def test_a_margin_over_other_examples_is_a_one_line_error(tmp_path: Path, params
         message = r"was trained on other data than .* differs in max_length\)"
     with pytest.raises(UserError, match=message + ".*aclpipe campaign tune --task sst2$"):
         summarise(campaign, "sst2")
+
+
+def test_a_pick_at_the_grid_edge_is_named_and_one_seed_is_said() -> None:
+    """The pick's knob at the largest or smallest value the grid tried is named; a knob the
+    grid does not vary, or a middle value, is not; one tuning seed is said to separate
+    nothing."""
+    from aclpipe.study.tuning import edges, markdown
+
+    def row(config, lr, epochs):
+        return {"config": config, "knobs": {"train.lr": lr, "train.epochs": epochs,
+                                            "train.batch_size": 32},
+                "seeds": [1], "forward": "padded", "validation": 0.8, "dev": 0.79}  # fmt: skip
+
+    rows = [row("a", 2e-5, 3), row("b", 5e-5, 5), row("c", 1e-4, 3)]
+    summary = {"task": "mrpc", "method": "ce", "seeds": [1], "rows": rows, "pick": "b",
+               "pick_knobs": rows[1]["knobs"], "in_use": rows[1]["knobs"], "complete": True,
+               "margin": None}  # fmt: skip
+    assert edges(summary) == [("train.epochs", 5, "largest")]
+    text = markdown(summary)
+    assert "The pick lies at the grid's edge in train.epochs (5, the largest tried)" in text
+    assert "One tuning seed cannot separate the top picks" in text
+    assert edges({**summary, "pick": "a"}) == [("train.lr", 2e-5, "smallest"),
+                                               ("train.epochs", 3, "smallest")]
+    assert "cannot separate" not in markdown({**summary, "seeds": [1, 2]})

@@ -336,7 +336,7 @@ def test_defaults_written_once() -> None:
         ("ce", "max_angle", "takes no keys"),
         ("deebert", "gamma", "takes no keys"),
         ("joint", "tau", "valid keys of methods.joint are weights"),
-        ("scl", "acl_grad", "valid keys of methods.scl are lam, tau"),
+        ("scl", "gamma", "valid keys of methods.scl are acl_grad, grad_scope, lam, max_angle, tau"),
         ("deebert-sd", "gr", "valid keys of methods.deebert-sd are T, gamma"),
         ("acl", "lam_cl", "acl_grad, grad_scope, lam, max_angle, tau"),
         ("romebert", "max_angle", "T, gamma, gr, grad_scope"),

@@ -289,11 +289,11 @@ def test_loss_falls_on_a_separable_batch(
         assert last < 0.8 * first, f"{name} stage {stage_index + 1}: {first:.4f} -> {last:.4f}"
 
 
-@pytest.mark.parametrize("name", ["acl", "acl-cl"])
+@pytest.mark.parametrize(("name", "knobs"), [("acl", {}), ("acl-cl", {}), ("scl", {"acl_grad": True})])
 def test_acl_grad_logs_cosine_and_altered(
-    name: str, make_params: Callable[..., Params], accelerator, inputs
+    name: str, knobs: dict, make_params: Callable[..., Params], accelerator, inputs
 ) -> None:
-    params = make_params()
+    params = make_params(methods={name: knobs})
     method, model = setup(name, params)
     stage = method.stages[0]
     assert stage.rule == AclGrad(max_angle=90, scope="encoder")
@@ -306,13 +306,16 @@ def test_acl_grad_logs_cosine_and_altered(
         assert log["loss"] == pytest.approx(log["main"] + log["aux"])
 
 
+@pytest.mark.parametrize("name", ["acl", "scl"])
 @pytest.mark.parametrize(("max_angle", "altered"), [(0.0, True), (180.0, False)])
 def test_acl_grad_sets_the_combined_gradient(
-    max_angle: float, altered: bool, make_params: Callable[..., Params], accelerator, inputs
+    name: str, max_angle: float, altered: bool, make_params: Callable[..., Params], accelerator,
+    inputs,
 ) -> None:
-    """max_angle 0 drops the ACL term at every step; 180 never does."""
-    params = make_params(methods={"acl": {"max_angle": max_angle}})
-    method, model = setup("acl", params)
+    """max_angle 0 drops the aux term (ACL's, or scl's SupCon with acl_grad) at every step;
+    180 never does."""
+    params = make_params(methods={name: {"max_angle": max_angle, "acl_grad": True}})
+    method, model = setup(name, params)
     stage = method.stages[0]
     build_optimizer(model, stage.trains, params.train)  # sets requires_grad as the loop does
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -388,6 +391,7 @@ def test_unknown_method() -> None:
     [
         ("ce", {}, PlainSum()),
         ("scl", {}, PlainSum()),
+        ("scl", {"acl_grad": True}, AclGrad(max_angle=90.0, scope="encoder")),
         ("acl", {}, AclGrad(max_angle=90.0, scope="encoder")),
         ("acl", {"max_angle": 45, "grad_scope": "all"}, AclGrad(max_angle=45.0, scope="all")),
         ("acl", {"acl_grad": False}, PlainSum(scope="encoder")),

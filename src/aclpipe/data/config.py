@@ -4,7 +4,7 @@ it is subsampled and truncated, and the share held out for validation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from aclpipe.checks import Check, positive
 from aclpipe.errors import UserError
@@ -35,6 +35,9 @@ class DataConfig:
     fewshot_examples: int | None = None
     # the draw's seed; a few-shot study sets it to train.seed (a draw is one seed)
     fewshot_seed: int = 1
+    # how the validation split is drawn: examples (one by one, stratified by label) |
+    # phrase-family (whole phrase families, for phrase rows such as SST-2's: data/phrase_holdout.py)
+    holdout: Literal["examples", "phrase-family"] = "examples"
 
     # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)
     RANGES: ClassVar[dict[str, Check]] = {

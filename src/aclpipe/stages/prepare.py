@@ -16,6 +16,7 @@ from aclpipe import atomic
 from aclpipe.data.config import DataConfig
 from aclpipe.data.fewshot import draw_fewshot
 from aclpipe.data.glue_sources import Example, local_available, read_hub, read_local
+from aclpipe.data.phrase_holdout import carve_by_family
 from aclpipe.data.prepared import subsample
 from aclpipe.data.tasks import Task
 from aclpipe.layout import META, VALIDATION, split_file
@@ -116,7 +117,11 @@ def prepare(
     if data.validation_fraction > 0:
         meta["validation_fraction"] = data.validation_fraction
     examples = read("train")
-    train, validation = carve_validation(task, examples, data.validation_fraction, data.seed)
+    carve = carve_validation
+    if data.holdout == "phrase-family":  # SST-2's phrase rows: no family on both sides
+        meta["holdout"] = data.holdout
+        carve = lambda task, rows, fraction, seed: carve_by_family(rows, fraction, seed)  # noqa: E731
+    train, validation = carve(task, examples, data.validation_fraction, data.seed)
     if data.fewshot_examples is not None:  # N drawn from train, no validation split (data.fewshot)
         train, meta["fewshot"] = draw_fewshot(task, examples, train, data)
         validation = []

@@ -9,6 +9,10 @@
       runs: [ce, scl, acl]               # the table order; a run is a method or a variant
       ablations: [acl-nograd]            # runs that only need ablation_seeds (after runs)
       ablation_seeds: [1, 2, 3]
+      experiment:                        # runs on some tasks only, over their own seeds
+        runs: [scl-grad]
+        tasks: [mrpc]
+        seeds: [1, 2, 3, 4, 5]
       variants:                          # runs that change a method's knobs
         acl-nograd: {method: acl, set: {acl_grad: false}}
       task_settings:                     # per task, over the shared knobs
@@ -73,12 +77,23 @@ from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, TRAINING_LOG, Layout
 from aclpipe.study.backends import RunResources, parse_resources
+from aclpipe.study.verdicts import Rules, rules_from
 
 
 @dataclass
 class Variant:
     method: str
     knobs: dict[str, Any]  # over methods.<method> of the shared params
+
+
+@dataclass
+class Experiment:
+    """``campaign.experiment``: runs planned on some of the tasks only, over their own seeds
+    (their own stage in campaign/dvc.yaml)."""
+
+    runs: list[str] = dataclasses.field(default_factory=list)
+    tasks: list[str] = dataclasses.field(default_factory=list)
+    seeds: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -94,7 +109,7 @@ class Campaign:
     base: dict[str, Any]  # the params file without its campaign section
     tasks: list[str]
     seeds: list[int]
-    runs: list[str]  # every run in table order: campaign.runs, then campaign.ablations
+    runs: list[str]  # every run in table order: campaign.runs, campaign.ablations, experiment.runs
     variants: dict[str, Variant]
     task_settings: dict[str, dict[str, Any]]
     tuning: Tuning | None = None
@@ -105,10 +120,30 @@ class Campaign:
     # a few-shot study's run name -> (its run of campaign.runs in the file, its N)
     fewshot_runs: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     resources: RunResources = RunResources()  # one run's ask of a Ray cluster
+    experiment: Experiment = dataclasses.field(default_factory=Experiment)
+    verdicts: Rules = dataclasses.field(default_factory=Rules)  # margin, resamples, rule floor
 
     def seeds_for(self, run: str) -> list[int]:
-        """The seeds a run is planned for: ablation_seeds for an ablation, else seeds."""
+        """The seeds a run is planned for: ablation_seeds for an ablation, the experiment's
+        seeds for one of its runs, else seeds."""
+        if run in self.experiment.runs:
+            return self.experiment.seeds
         return self.ablation_seeds if run in self.ablations else self.seeds
+
+    @property
+    def controls(self) -> list[str]:
+        """The runs that are not the claims' own: the ablations and the experiment's runs."""
+        return self.ablations + self.experiment.runs
+
+    def tasks_for(self, run: str) -> list[str]:
+        """The tasks a run is planned for: the experiment's tasks for one of its runs, else tasks."""
+        return self.experiment.tasks if run in self.experiment.runs else self.tasks
+
+    def seed_key(self, run: str | None) -> str:
+        """Where ``run``'s seeds are listed in the campaign file."""
+        if run in self.experiment.runs:
+            return "experiment.seeds"
+        return "ablation_seeds" if run in self.ablations else "seeds"
 
     @property
     def root(self) -> Path:
@@ -133,7 +168,14 @@ class Campaign:
         if run in self.fewshot_runs:
             base, n = self.fewshot_runs[run]
             return f"run@{seed}-{task}-{n}-{base}"
-        return f"{'ablation' if run in self.ablations else 'run'}@{seed}-{task}-{run}"
+        kind = (
+            "experiment"
+            if run in self.experiment.runs
+            else "ablation"
+            if run in self.ablations
+            else "run"
+        )
+        return f"{kind}@{seed}-{task}-{run}"
 
     def variant(self, run: str) -> Variant:
         if run not in self.runs:
@@ -149,6 +191,11 @@ class Campaign:
             raise UserError(
                 f"task {task!r} is not in campaign.tasks of {self.path} "
                 f"({', '.join(self.tasks)}): add it there"
+            )
+        if run is not None and task not in self.tasks_for(run):
+            raise UserError(
+                f"run {run!r} is planned for {', '.join(self.tasks_for(run))} only "
+                f"(campaign.experiment.tasks of {self.path}): add {task} there"
             )
         out = []
         for section, knobs in self.task_settings.get(task, {}).items():
@@ -167,9 +214,8 @@ class Campaign:
         if seed is not None:
             planned = self.seeds_for(run) if run is not None else self.seeds
             if seed not in planned:
-                which = "ablation_seeds" if run in self.ablations else "seeds"
                 raise UserError(
-                    f"seed {seed} is not in campaign.{which} of {self.path} "
+                    f"seed {seed} is not in campaign.{self.seed_key(run)} of {self.path} "
                     f"({', '.join(map(str, planned))}): add it there"
                 )
             if run in self.fewshot_runs:
@@ -225,8 +271,8 @@ def load_campaign(path: Path) -> Campaign:
     if not isinstance(raw, dict) or not isinstance(raw.get("campaign"), dict):
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
-    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "variants", "task_settings",
-            "fewshot", "fewshot_settings"}  # fmt: skip
+    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "experiment", "variants"}
+    keys |= {"task_settings", "verdicts", "fewshot", "fewshot_settings"}
     unknown = set(spec) - keys - {"tune", "resources"}
     if unknown:
         raise UserError(
@@ -248,7 +294,8 @@ def load_campaign(path: Path) -> Campaign:
             raise UserError(f"campaign.{key} in {path} must be a list of whole numbers, got {value}")
     if not isinstance(ablations, list) or set(ablations) & set(runs):
         raise UserError(f"campaign.ablations in {path} must be a list of runs not in campaign.runs")
-    runs = runs + ablations
+    experiment = _experiment(spec.get("experiment"), path, tasks, runs + ablations)
+    runs = runs + ablations + experiment.runs
     variants = {}
     for name, body in (spec.get("variants") or {}).items():
         method = body.get("method") if isinstance(body, dict) else None
@@ -279,10 +326,12 @@ def load_campaign(path: Path) -> Campaign:
         path, raw, tasks, seeds, list(fewshot_runs) or runs, variants, settings, tuning,
         ablations, ablation_seeds, fewshot, fewshot_settings, fewshot_runs,
         parse_resources(spec.get("resources"), "campaign.resources", path),
+        experiment, rules_from(spec.get("verdicts"), f"campaign.verdicts in {path}"),
     )  # fmt: skip
     for task in tasks:  # every run's params must build: fail now, not hours in
         for run in campaign.runs:
-            campaign.params(task, run, campaign.seeds_for(run)[0])
+            if task in campaign.tasks_for(run):
+                campaign.params(task, run, campaign.seeds_for(run)[0])
         for config in tuning.configs if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
@@ -331,6 +380,25 @@ def config_name(knobs: dict[str, Any]) -> str:
         short = _SHORT.get(key.split(".")[-1], key.split(".")[-1])
         parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
     return "_".join(parts)
+
+
+def _experiment(body: Any, path: Path, tasks: list[str], others: list[str]) -> Experiment:
+    """``campaign.experiment``: runs (not in runs or ablations), tasks of the campaign, seeds."""
+    where = f"campaign.experiment in {path}"
+    if body is None:
+        return Experiment()
+    if not isinstance(body, dict) or set(body) != {"runs", "tasks", "seeds"}:
+        raise UserError(f"{where} takes runs, tasks and seeds (three lists)")
+    runs, on, seeds = body["runs"], body["tasks"], body["seeds"]
+    if not isinstance(runs, list) or not runs or set(runs) & set(others):
+        raise UserError(f"{where}: runs must be a non-empty list of runs not in runs or ablations")
+    if not isinstance(on, list) or not on or not set(on) <= set(tasks):
+        raise UserError(f"{where}: tasks must be a non-empty list of campaign.tasks ({', '.join(tasks)})")
+    if not isinstance(seeds, list) or not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    ):
+        raise UserError(f"{where}: seeds must be a non-empty list of whole numbers, got {seeds!r}")
+    return Experiment(list(runs), list(on), list(seeds))
 
 
 def _tuning(body: Any, path: Path) -> Tuning:

@@ -17,6 +17,7 @@ from aclpipe.layout import (
 from aclpipe.study import campaign_speed
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.measures import ROUNDING
+from aclpipe.study.verdicts import NOT_EXERCISED
 
 # The campaign's per-task results, tuning reports and figures sit in reports/campaign/, apart
 # from the default pipeline's reports/<task>/ (whose tradeoff stage depends on that whole
@@ -78,19 +79,18 @@ def figure(f: dict | None) -> str:
     return f"{pts(f['mean'])}{sd}{interval}"
 
 
-ALIKE = "every resample gives 0: the two score alike on every example"
+ALIKE = "the two score alike on every example"
 
 
 def p_value(claim: dict) -> str:
-    """Four decimals: 0.0255 must not read as 0.025, the two-sided interval's edge. Where
-    the difference and both ends of its interval are 0 (SST-2's acl and acl-nograd, which
-    ACL-Grad never told apart), a bare "1.0000" would read as strong evidence against A; it
-    says why instead."""
+    """The p of the printed verdict (``verdicts``), four decimals: 0.0255 must not read as
+    0.025, the level. Where the two runs score alike on every example it says so."""
+    if claim["verdict"] == NOT_EXERCISED:
+        return "-"  # no verdict, so no p
+    text = f"{claim['p']:.4f}"
     if all(abs(claim[k]) <= ROUNDING for k in ("difference", "low", "high")):
-        return f"1 ({ALIKE})"
-    if claim["p"] == 0:
-        return f"< {1 / claim['resamples']:.2g}"
-    return f"{claim['p']:.4f}"
+        text += f" ({ALIKE})"
+    return text
 
 
 def few_seeds(seeds: list[int]) -> str:
@@ -110,13 +110,19 @@ FEW_SEEDS_NOTE = (
 
 
 def compared(summary: dict) -> list[dict]:
-    """A task's claims and then its noise floor: every comparison its table shows."""
-    return [*summary["claims"], summary["noise_floor"]]
+    """Every comparison a task's tables show: the papers' claims, the project's own controls
+    and ablations, and the noise floor."""
+    return [*summary["claims"], *summary.get("controls", []), summary["noise_floor"]]
 
 
 def decided(claim: dict) -> bool:
-    """A better or worse verdict: the interval excludes 0."""
-    return claim.get("verdict") in ("better", "worse")
+    """A verdict with its test passed: better, worse or comparable."""
+    return claim.get("verdict") in ("better", "worse", "comparable")
+
+
+def informative(summary: dict) -> bool:
+    """ce beats the majority class on this task (``verdicts``): its verdicts count."""
+    return summary.get("informative", {}).get("verdict") == "better"
 
 
 def few_seeds_note(claims) -> str:
@@ -126,16 +132,32 @@ def few_seeds_note(claims) -> str:
     return f" {FEW_SEEDS_NOTE}." if any(few_seeds(c["seeds"]) for c in tested) else ""
 
 
-FAMILY_LEVEL = 0.05  # the family-wise error rate Holm's correction keeps
-FAMILY_NOTE = (
-    "Holm p: the claims tested on this task taken as one family (the noise floor is not in "
-    "it), each claim's two-sided bootstrap p ((k + 1) / (R + 1) per tail, doubled) adjusted "
-    "by Holm's step-down; a better/worse verdict holds family-wise when its Holm p is at most "
-    f"{FAMILY_LEVEL}. The verdicts themselves follow METHODS.md (per claim, 95% percentile "
-    "interval); the two-sided p is another test of the same claim and can disagree with the "
-    "interval at its edge (an interval that ends just above 0 can have a two-sided p just "
-    "above 0.05). The column says which verdicts would survive testing every claim at once"
+FAMILY_LEVEL = 0.025  # one-sided, as each verdict's p (verdicts.ALPHA)
+VERDICT_NOTE = (
+    "Verdicts (src/aclpipe/study/verdicts.py), from R resampled differences A - B: **better** "
+    "when p_better (the share of resamples at or below 0, counted (k + 1) / (R + 1)) is at most "
+    "2.5%; else **worse** when the share at or above 0 is; else **comparable** (non-inferior) "
+    "when the share at or below -{margin} points (the margin fixed in campaign/params.yaml "
+    "before these verdicts were read) is; else **inconclusive**. p is always the p of the "
+    "printed verdict (inconclusive: of the claim's own test, superiority or non-inferiority); "
+    "the 95% interval's ends are the 2.5% and 97.5% quantiles and agree with it up to one "
+    "resample. A claim worded \"outperforms or performs comparably\" holds when better or "
+    "comparable; one worded \"beats\" only when better. \"No difference larger than x\": "
+    "the largest difference either way that the interval leaves possible. A gradient-rule "
+    "comparison whose rule altered under {floor}% of the steps reads **rule not exercised**. "
+    "Holm p: the papers' claims of an informative task as one family, each with its printed p, "
+    "adjusted by Holm's step-down, ± its Monte Carlo error at R = {resamples}; a verdict holds "
+    "family-wise when its Holm p is at most 2.5%, and is marked *borderline* when that is "
+    "within 3 Monte Carlo errors of 2.5% (more resamples could move it)"
 )
+
+
+def verdict_note(summary: dict) -> str:
+    r = summary["rules"]
+    return VERDICT_NOTE.format(
+        margin=f"{100 * r['margin']:g}", floor=f"{100 * r['rule_floor']:g}",
+        resamples=f"{r['resamples']:,}",
+    )  # fmt: skip
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -147,15 +169,36 @@ def interval(claim: dict) -> str:
     return f"{signed(claim['difference'])} [{bound(claim['low'])}, {bound(claim['high'])}]"
 
 
-def claim_line(claim: dict) -> str:
-    """One line: the question, A - B with its interval, p, the verdict, the seeds."""
+UNINFORMATIVE = "uninformative task: ce does not beat the majority class"
+
+
+def verdict_text(claim: dict, summary: dict | None = None) -> str:
+    """``**inconclusive** (no difference larger than 1.9 points)``, ``**rule not exercised**
+    (acl altered 0.03% of 11,250 steps)``; marked on an uninformative task."""
+    verdict = claim["verdict"]
+    text = f"**{verdict}**"
+    if verdict == "inconclusive":
+        text += f" (no difference larger than {100 * claim['detectable']:.1f} points)"
+    if "rule_altered" in claim:
+        text += (
+            f" ({claim['a']}'s rule altered {100 * claim['rule_altered']:.2g}% of "
+            f"{claim['rule_steps']:,} steps)"
+        )
+    if summary is not None and not informative(summary):
+        text += f" [{UNINFORMATIVE}]"
+    return text
+
+
+def claim_line(claim: dict, summary: dict | None = None) -> str:
+    """One line: the question, A - B with its interval, the verdict's p, the verdict, the
+    seeds."""
     if "difference" not in claim:
         return f"- {claim['question']}: {claim['verdict']}."
     one = f"; {few_seeds(claim['seeds'])}" if few_seeds(claim["seeds"]) else ""
     return (
         f"- {claim['question']}: {claim['a']} - {claim['b']} = {interval(claim)} points, "
-        f"p {p_value(claim)}: "
-        f"**{claim['verdict']}** (seeds {seeds_text(claim['seeds'])}{one})."
+        f"p {p_value(claim)}: {verdict_text(claim, summary)} "
+        f"(seeds {seeds_text(claim['seeds'])}{one})."
     )
 
 
@@ -230,65 +273,118 @@ def _setting(campaign: Campaign, summary: dict) -> str:
 
 
 def holm_text(claim: dict) -> str:
-    """A claim's Holm-adjusted p, four decimals; "-" outside the family (the noise floor,
-    untested claims)."""
-    return f"{claim['holm_p']:.4f}" if "holm_p" in claim else "-"
+    """A claim's Holm-adjusted p ± its Monte Carlo error, four decimals; *borderline* when
+    within 3 errors of the level; "-" outside the family."""
+    if "holm_p" not in claim:
+        return "-"
+    from aclpipe.study.verdicts import stable
+
+    text = f"{claim['holm_p']:.4f} ± {claim['holm_mc_error']:.4f}"
+    if not stable(claim["holm_p"], claim["holm_mc_error"], FAMILY_LEVEL):
+        text += " (borderline)"
+    return text
 
 
 def holds_family_wise(claim: dict) -> bool:
-    """Holm rejects at the family level when the adjusted p is at most that level."""
-    return claim["holm_p"] <= FAMILY_LEVEL
+    """Holm rejects at the family level: the adjusted p is at most the level."""
+    return bool(claim.get("family_wise"))
 
 
 def family_name(claim: dict) -> str:
-    """``acl - ce final exit (two-sided p 0.0510, adjusted 0.6627)``."""
+    """``acl - ce final exit, better (p 0.0051, adjusted 0.0510 ± 0.0022)``."""
     return (
-        f"{claim['a']} - {claim['b']} {MEASURE_NAMES[claim['measure']]} "
-        f"(two-sided p {claim['p_two_sided']:.4f}, adjusted {holm_text(claim)})"
+        f"{claim['a']} - {claim['b']} {MEASURE_NAMES[claim['measure']]}, {claim['verdict']} "
+        f"(p {claim['p']:.4f}, adjusted {holm_text(claim)})"
     )
 
 
 def family_line(summary: dict) -> str:
-    """One sentence: which better/worse verdicts still hold when the task's tested claims
-    are taken as one family (Holm, family-wise 5%), each with its adjusted p."""
+    """One sentence: which verdicts still hold when the task's papers' claims are taken as one
+    family (Holm, 2.5% one-sided, each claim with its printed p), each with its adjusted p."""
     family = summary.get("family", 0)
+    if not informative(summary):
+        return f"Family-wise: none; {UNINFORMATIVE}, so its verdicts count in no family."
     if not family:
         return "Family-wise: no claim tested yet."
     head = (
-        f"Family-wise (Holm over the {family} claims tested here, two-sided bootstrap p, "
-        f"{FAMILY_LEVEL:.0%} for the family): "
+        f"Family-wise (Holm over the {family} papers' claims tested here, each with its "
+        f"verdict's p, {FAMILY_LEVEL:.1%} for the family): "
     )
-    verdicts = [c for c in summary["claims"] if decided(c)]
-    if not verdicts:
-        return head + "no verdict is better or worse, so none is there to correct."
-
-    hold = [family_name(c) for c in verdicts if holds_family_wise(c)]
-    fail = [family_name(c) for c in verdicts if not holds_family_wise(c)]
-    if len(verdicts) == 1:
-        verb = "holds" if hold else "does not hold"
-        return head + f"the one better/worse verdict {verb}: {(hold or fail)[0]}."
-    text = head + f"{len(hold)} of the {len(verdicts)} better/worse verdicts hold"
-    text += f": {', '.join(hold)}" if hold else ""
-    text += f"; not: {', '.join(fail)}" if fail else ""
+    found = [c for c in summary["claims"] if decided(c) and "holm_p" in c]
+    if not found:
+        return head + "no verdict is better, worse or comparable, so none is there to correct."
+    hold = [family_name(c) for c in found if holds_family_wise(c)]
+    fail = [family_name(c) for c in found if not holds_family_wise(c)]
+    text = head + f"{len(hold)} of the {len(found)} verdicts hold"
+    text += f": {'; '.join(hold)}" if hold else ""
+    text += f". Not: {'; '.join(fail)}" if fail else ""
     return text + "."
 
 
-def claimstable(summary: dict) -> str:
+def holds_text(claim: dict) -> str:
+    if "holds" not in claim or claim["verdict"] == "not in this campaign":
+        return "-"
+    return "yes" if claim["holds"] else "no"
+
+
+def claimstable(summary: dict, claims: list[dict], family: bool = True) -> str:
     rows = []
-    for claim in compared(summary):
+    for claim in claims:
         if "difference" not in claim:
-            rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-", "-",
-                         claim["verdict"], "-"])  # fmt: skip
+            rows.append([claim["question"], MEASURE_NAMES[claim["measure"]], "-", "-", "-", "-",
+                         claim["verdict"], "-", "-"])  # fmt: skip
             continue
         one = f" ({few_seeds(claim['seeds'])})" if few_seeds(claim["seeds"]) else ""
         rows.append([
             claim["question"], MEASURE_NAMES[claim["measure"]],
+            f"{pts(claim['a_mean'])} / {pts(claim['b_mean'])}",
             interval(claim),
-            p_value(claim), holm_text(claim), f"**{claim['verdict']}**",
+            p_value(claim), holm_text(claim) if family else "-",
+            verdict_text(claim, summary), holds_text(claim),
             seeds_text(claim["seeds"]) + one,
         ])  # fmt: skip
-    return table(["claim (A beats B)", "measure", "A - B, points [95% CI]", "p",
-                  "Holm p (family)", "verdict", "seeds"], rows)  # fmt: skip
+    return table(["comparison", "measure", "A / B over the seeds", "A - B, points [95% CI]",
+                  "p (of the verdict)", "Holm p ± MC error", "verdict", "holds",
+                  "seeds (both sides)"], rows)  # fmt: skip
+
+
+def majority_test_line(summary: dict) -> str:
+    """ce's final exit against the majority class, with the claims' bootstrap."""
+    m = summary.get("informative", {})
+    if "difference" not in m:
+        return "ce against the majority class: not run yet."
+    word = "informative" if informative(summary) else UNINFORMATIVE
+    return (
+        f"ce's final exit against a constant guess of the majority training label (the same "
+        f"paired bootstrap): {interval(m)} points, p {m['p']:.4f}, **{m['verdict']}** "
+        f"(seeds {seeds_text(m['seeds'])}): {word}."
+    )
+
+
+def resolution_line(summary: dict) -> str:
+    """The smallest difference this task can see: the noise floor's interval half-width."""
+    nf = summary["noise_floor"]
+    if "difference" not in nf:
+        return ""
+    return (
+        f"Resolution: two runs of the same CE recipe differ by {interval(nf)} points on the "
+        f"final exit, so a difference smaller than about "
+        f"{100 * (nf['high'] - nf['low']) / 2:.1f} points (the interval's half-width) is "
+        "below what this task can detect."
+    )
+
+
+def scores_table(rows: list[tuple[str, dict]]) -> str:
+    header = ["run", "method", "overrides", "seeds", "final exit", "shallow exits",
+              "average over exits", "AUC"]  # fmt: skip
+    return table(header, [
+        [
+            run, e["method"], ", ".join(e["overrides"]) or "-", seeds_text(e["seeds"]),
+            figure(e["final"]),
+            *(figure(e[m]) if len(e["exits"]) > 1 else "-" for m in ("shallow", "average", "auc")),
+        ]
+        for run, e in rows
+    ])  # fmt: skip
 
 
 def task_markdown(campaign: Campaign, summary: dict) -> str:
@@ -306,46 +402,48 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         f"Dev score x100 ({metrics}). Figures: mean ± sample sd over seeds [95% interval of "
         f"a bootstrap over seeds and dev examples, {summary['resamples']} resamples].",
         *seed_notes(summary),
-        "## Claims",
-        "Paired bootstrap (METHODS.md, Comparisons): each resample draws the common seeds and "
-        "the dev examples with replacement, one example draw shared by both runs; A - B is the "
-        "mean over drawn seeds. p: share of resamples at or below 0. **better**/**worse** only "
-        "when the 95% interval excludes 0, else **no detectable difference**: the interval "
-        "says how large a difference could still hide. The noise floor (last row) compares two "
-        "runs of the same CE recipe: a difference of its size means nothing."
-        + few_seeds_note(compared(summary))
-        + " "
-        + FAMILY_NOTE,
-        claimstable(summary),
+        "## The papers' claims",
+        "Each claim as its paper words it (../shared/CLAIMS.md). Paired bootstrap (METHODS.md, "
+        "Comparisons): each resample draws the common seeds and the dev examples with "
+        "replacement, one example draw shared by both runs; A - B is the mean over drawn seeds. "
+        + verdict_note(summary)
+        + "."
+        + few_seeds_note(compared(summary)),
+        majority_test_line(summary),
+        resolution_line(summary),
+        claimstable(summary, summary["claims"]),
         family_line(summary),
+        "## Own controls and ablations",
+        "Comparisons no paper claims, run to read the claims: joint separates ACL-CL's "
+        "contrastive terms from multi-exit training itself; the SD term and RomeBERT's KL "
+        "scaling are ablations; scl with ACL-Grad's drop rule tests the rule where it fires. "
+        "Same rules, no family. The noise floor (last row) compares two runs of the same CE "
+        "recipe: a difference of its size means nothing.",
+        claimstable(summary, [*summary.get("controls", []), summary["noise_floor"]], False),
         majority_line(summary),
         "## Scores per run",
-        table(
-            [
-                "run",
-                "method",
-                "overrides",
-                "seeds",
-                "final exit",
-                "shallow exits",
-                "average over exits",
-                "AUC",
-            ],
-            [
-                [
-                    run,
-                    e["method"],
-                    ", ".join(e["overrides"]) or "-",
-                    seeds_text(e["seeds"]),
-                    figure(e["final"]),
-                    *(
-                        figure(e[m]) if len(e["exits"]) > 1 else "-"
-                        for m in ("shallow", "average", "auc")
-                    ),
-                ]
-                for run, e in runs.items()
-            ],
-        ),  # fmt: skip
+        "The claims' runs, each over the seeds listed. The ablations follow in a table of "
+        "their own, each beside the run it changes over the same seeds, so that no two rows "
+        "side by side average different seeds.",
+        scores_table([(run, e) for run, e in runs.items() if run not in summary["ablations"]]),
+    ]
+    ablation_rows = []
+    for run in summary["ablations"]:
+        if run not in runs:
+            continue
+        base = summary.get("beside", {}).get(run)
+        if base:
+            multi = len(runs[run]["exits"]) > 1
+            ablation_rows.append((f"{base['run']} (beside {run})", {
+                "method": runs.get(base["run"], {}).get("method", base["run"]),
+                "overrides": [], "seeds": base["seeds"], "exits": runs[run]["exits"] if multi
+                else [0], **{m: base[m] for m in ("final", "shallow", "average", "auc")},
+            }))  # fmt: skip
+        ablation_rows.append((run, runs[run]))
+    if ablation_rows:
+        parts += ["### Ablations and the experiment, beside the runs they change",
+                  scores_table(ablation_rows)]  # fmt: skip
+    parts += [
         majority_line(summary),
         f"Shallow exits: the shallower half of the exits (layers 1..3 of 6). {AUC_DEFINITION}",
     ]
@@ -356,8 +454,9 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             "## Every exit",
             f"Score of each exit layer (plot: {RESULTS_EXITS_PNG}, with the 95% bands).",
             table(
-                ["run", *(f"layer {k}" for k in layers)],
-                [[run, *(figure(x) for x in e["per_exit"])] for run, e in multi.items()],
+                ["run", "seeds", *(f"layer {k}" for k in layers)],
+                [[run, seeds_text(e["seeds"]), *(figure(x) for x in e["per_exit"])]
+                 for run, e in multi.items()],  # fmt: skip
             ),
             majority_line(summary),
         ]
@@ -366,6 +465,10 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         if rows:
             parts += [table(header, rows), majority_line(summary)] + ([note] if note else [])
         parts.append(f"Score against expected time, every task: ../{RESULTS_COST_PNG}.")
+    if "leak_free" in summary:
+        from aclpipe.study.leak_free import section
+
+        parts.append(section(summary["leak_free"], summary["leak_free"]["budgets"]))
     angled = {run: e["angles"] for run, e in runs.items() if "angles" in e}
     if angled:
         parts += [

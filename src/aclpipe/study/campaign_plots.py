@@ -26,7 +26,7 @@ def colours(campaign: Campaign) -> dict[str, tuple]:
 def parent(campaign: Campaign, run: str) -> str | None:
     """The claims' run an ablation changes: a variant's method (``acl-nograd`` -> ``acl``),
     else the longest claims' run its name extends (``deebert-sd`` -> ``deebert``)."""
-    claims = [r for r in campaign.runs if r not in campaign.ablations]
+    claims = [r for r in campaign.runs if r not in campaign.controls]
     method = campaign.variants[run].method if run in campaign.variants else None
     if method in claims and method != run:
         return method
@@ -37,8 +37,8 @@ def parent(campaign: Campaign, run: str) -> str | None:
 def panels(campaign: Campaign, present: list[str]) -> list[tuple[str, list[str]]]:
     """``(title, runs)`` per panel, runs in campaign order, over the runs ``present``: the
     claims' runs, then (if any ran) the ablations with the runs they change."""
-    claims = [r for r in campaign.runs if r not in campaign.ablations and r in present]
-    ablations = [r for r in campaign.ablations if r in present]
+    claims = [r for r in campaign.runs if r not in campaign.controls and r in present]
+    ablations = [r for r in campaign.controls if r in present]
     out = [("the claims' runs", claims)] if claims else []
     if ablations:
         parents = {parent(campaign, r) for r in ablations}

@@ -44,32 +44,50 @@ from aclpipe.layout import (
     RUN_RECORD,
     VALIDATION,
 )
-from aclpipe.study import campaign_speed, paired
+from aclpipe.study import campaign_speed, leak_free, paired, verdicts
 from aclpipe.study import measures as scoring
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign_plots import parent
 from aclpipe.study.stack_check import stack
+from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY
 
-# (question, A, B, measure, a seed claim: one the papers make, answered in README.md)
-CLAIMS: list[tuple[str, str, str, str, bool]] = [
-    ("ACL beats CE on the final exit", "acl", "ce", "final", True),
-    ("ACL beats CE+SCL on the final exit", "acl", "scl", "final", True),
-    ("ACL-Grad helps ACL (with against without, final exit)", "acl", "acl-nograd", "final", True),
+# The papers' claims, worded as the papers word them (../shared/CLAIMS.md): (question, A, B,
+# measure, kind: superiority "A beats B" | non-inferiority "A outperforms or performs
+# comparably with B", the run whose gradient rule the claim is about or None).
+CLAIMS: list[tuple[str, str, str, str, str, str | None]] = [
     *(
-        (f"ACL-CL beats {name} on the {where}", "acl-cl", run, measure, True)
-        for run, name in (("romebert", "RomeBERT"), ("deebert", "DeeBERT"), ("joint", "joint"))
-        for measure, where in (("shallow", "shallow exits"), ("average", "average over exits"))
+        (f"ACL outperforms or performs comparably with {name} (final exit; A1)", "acl", run,
+         "final", NON_INFERIORITY, None)
+        for run, name in (("ce", "CE"), ("scl", "CE+SCL"))
     ),
+    ("ACL-Grad helps ACL (with against without, final exit; A3)", "acl", "acl-nograd", "final",
+     SUPERIORITY, "acl"),
     *(
-        (f"ACL-CL beats {name} on speed-quality (AUC)", "acl-cl", run, "auc", True)
-        for run, name in (("deebert", "DeeBERT"), ("romebert", "RomeBERT"), ("joint", "joint"))
+        (f"ACL-CL surpasses {name} on the {where} (A4)", "acl-cl", run, measure, SUPERIORITY, None)
+        for run, name in (("romebert", "RomeBERT"), ("deebert", "DeeBERT"))
+        for measure, where in (("shallow", "shallow exits"), ("average", "average over exits"),
+                               ("auc", "speed-quality curve (AUC)"))
     ),
-    ("GR helps RomeBERT (average over exits)", "romebert", "romebert-nogr", "average", True),
-    ("The SD term helps ACL-CL (average over exits)", "acl-cl-sd", "acl-cl", "average", True),
+    ("GR helps RomeBERT (average over exits; R4)", "romebert", "romebert-nogr", "average",
+     SUPERIORITY, "romebert"),
+]  # fmt: skip
+# The project's own controls and ablations: no paper claims them; never in a family.
+CONTROLS: list[tuple[str, str, str, str, str, str | None]] = [
+    *(
+        (f"ACL-CL against joint (the same exits without contrastive terms) on the {where}",
+         "acl-cl", "joint", measure, SUPERIORITY, None)
+        for measure, where in (("shallow", "shallow exits"), ("average", "average over exits"),
+                               ("auc", "speed-quality curve (AUC)"))
+    ),
+    ("The SD term on ACL-CL (average over exits)", "acl-cl-sd", "acl-cl", "average",
+     SUPERIORITY, None),
     ("RomeBERT with its released KL scaling (KL / C) against ours, final exit",
-     "romebert-klmean", "romebert", "final", False),
+     "romebert-klmean", "romebert", "final", SUPERIORITY, None),
+    ("ACL-Grad's drop rule on CE+SCL, where it fires (final exit)", "scl-grad", "scl", "final",
+     SUPERIORITY, "scl-grad"),
 ]  # fmt: skip
 NOISE_FLOOR = ("Noise floor: ce against deebert's final exit (the same CE fine-tune)",
-               "ce", "deebert", "final", False)  # fmt: skip
+               "ce", "deebert", "final", SUPERIORITY, None)  # fmt: skip
 
 
 # --- run folders ------------------------------------------------------------------------------
@@ -106,7 +124,7 @@ def load_run(task_name: str, folder: Path) -> dict:
 def load_runs(campaign: Campaign, task: str) -> dict[str, dict[int, dict]]:
     """``{run: {seed: run folder}}`` of the campaign's planned runs that have finished."""
     found: dict[str, dict[int, dict]] = {}
-    for run in campaign.runs:
+    for run in (r for r in campaign.runs if task in campaign.tasks_for(r)):
         for seed in campaign.seeds_for(run):
             folder = campaign.run_dir(task, run, seed)
             if (folder / RUN_RECORD).exists():
@@ -134,10 +152,11 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     t = get_task(task)
     found = load_runs(campaign, task)
     finished = {run: sorted(by_seed) for run, by_seed in found.items()}
-    planned = {run: campaign.seeds_for(run) for run in campaign.runs}
+    planned = {r: campaign.seeds_for(r) for r in campaign.runs if task in campaign.tasks_for(r)}
     all_seeds = sorted({s for seeds in planned.values() for s in seeds})
-    ablations = [r for r in campaign.runs if r in campaign.ablations]
-    claims_runs = [r for r in campaign.runs if r not in campaign.ablations]
+    # the ablations and the experiment's runs: controls, each over its own seeds
+    ablations = [r for r in planned if r in campaign.ablations + campaign.experiment.runs]
+    claims_runs = [r for r in planned if r not in ablations]
 
     def done(runs: list[str], s: int) -> bool:
         return all(s in finished.get(r, []) for r in runs if s in planned[r])
@@ -159,7 +178,7 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     }
     table_seeds = {}
     for run, seeds in finished.items():
-        of_set = complete_ablations if run in campaign.ablations else complete
+        of_set = complete_ablations if run in ablations else complete
         table_seeds[run] = [s for s in seeds if s in of_set] if of_set else seeds
     out["left_out"] = {
         run: [s for s in finished[run] if s not in seeds]
@@ -199,15 +218,82 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
             t, run, {s: by_seed[s] for s in table_seeds[run]}, measures[run], labels, resamples,
             out["majority"], references,
         )  # fmt: skip
-    out["claims"] = [_claim(t, c, measures, planned, labels, resamples) for c in CLAIMS]
-    # The family-wise view: Holm over the claims tested on this task (the noise floor is a
-    # yardstick, not a claim, and stays out of the family).
-    tested = [c for c in out["claims"] if "p_two_sided" in c]
-    for c, adjusted in zip(tested, paired.holm([c["p_two_sided"] for c in tested])):
-        c["holm_p"] = adjusted
+    # Like with like: an ablation's row sits beside the run it changes over the same seeds.
+    out["beside"] = {}
+    for run in ablations:
+        base = parent(campaign, run)
+        if run in out["runs"] and base in found:
+            seeds = [s for s in out["runs"][run]["seeds"] if s in found[base]]
+            if seeds:
+                out["beside"][run] = {
+                    "run": base,
+                    "seeds": seeds,
+                    **{
+                        m: paired.seed_mean_interval(
+                            t, {s: measures[base][m][s] for s in seeds}, labels, resamples
+                        )
+                        if all(s in measures[base][m] for s in seeds)
+                        else None
+                        for m in scoring.MEASURES
+                    },
+                }
+    rules = campaign.verdicts
+    out["rules"] = {"margin": rules.margin, "resamples": rules.resamples,
+                    "rule_floor": rules.rule_floor, "alpha": rules.alpha}  # fmt: skip
+    out["informative"] = _against_majority(t, found, out["data"], labels, rules)
+    judged = {"found": found, "measures": measures, "planned": planned, "labels": labels}
+    out["claims"] = [_claim(t, c, judged, rules) for c in CLAIMS]
+    out["controls"] = [_claim(t, c, judged, rules) for c in CONTROLS]
+    out["noise_floor"] = _claim(t, NOISE_FLOOR, judged, rules)
+    # The family: the papers' claims tested on an informative task (not the controls, not the
+    # noise floor, not a rule that was never exercised), each with its verdict's own p.
+    informative = out["informative"].get("verdict") == "better"
+    tested = [c for c in out["claims"] if c["verdict"] in verdicts.VERDICTS and informative]
+    verdicts.family(tested, rules, rules.resamples)
     out["family"] = len(tested)
-    out["noise_floor"] = _claim(t, NOISE_FLOOR, measures, planned, labels, resamples)
+    leaks = leak_free.summarise(campaign, task, found)
+    if leaks is not None:
+        out["leak_free"] = leaks
     return out
+
+
+def majority_label(task, data: dict | None) -> int | None:
+    """The most frequent training label in a run's data record, as a class index (the record
+    names each class as ``task.labels`` does; ties: the smaller index)."""
+    counts = ((data or {}).get("splits", {}).get("train", {}) or {}).get("labels") or {}
+    if not counts:
+        return None
+    index = {name: i for i, name in enumerate(task.labels)}
+    return min(index[k] for k in counts if counts[k] == max(counts.values()))
+
+
+def _against_majority(task, found: dict, data: dict | None, labels, rules) -> dict:
+    """ce's final exit against a constant guess of the majority training label, with the
+    claims' paired bootstrap: the task says something only when ce is better."""
+    label = majority_label(task, data)
+    ce = {s: scoring.measure(r["outputs"], "final") for s, r in found.get("ce", {}).items()}
+    if label is None or not ce:
+        return {"verdict": "not run yet"}
+    constant = scoring.Measure("final", np.full((1, len(labels)), label))
+    return _judged(task, ce, {s: constant for s in ce}, labels, rules, SUPERIORITY)
+
+
+def _judged(task, a: dict, b: dict, labels, rules, kind: str) -> dict:
+    difference, diffs = paired.bootstrap_differences(task, a, b, labels, rules.resamples)
+    low, high = paired.percentile_interval(diffs, paired.LEVEL)
+    seeds = sorted(set(a) & set(b))
+    ones = np.ones((1, len(labels)))
+    return {
+        "seeds": seeds,
+        "a_mean": float(np.mean([a[s].values(task, labels, ones)[0] for s in seeds])),
+        "b_mean": float(np.mean([b[s].values(task, labels, ones)[0] for s in seeds])),
+        "difference": difference,
+        "low": low,
+        "high": high,
+        "detectable": verdicts.detectable(low, high),
+        "resamples": rules.resamples,
+        **verdicts.judge(diffs, kind, rules),
+    }
 
 
 def _run_entry(task, run, by_seed, measures, labels, resamples, majority, references) -> dict:
@@ -267,10 +353,11 @@ def _angles(by_seed: dict) -> dict:
     }
 
 
-def _claim(task, claim, measures, planned, labels, resamples) -> dict:
-    question, a, b, measure, seed_claim = claim
+def _claim(task, claim, judged: dict, rules) -> dict:
+    question, a, b, measure, kind, rule_run = claim
     row: dict[str, Any] = {"question": question, "a": a, "b": b, "measure": measure,
-                           "seed_claim": seed_claim}  # fmt: skip
+                           "kind": kind}  # fmt: skip
+    measures, planned = judged["measures"], judged["planned"]
     if a not in planned or b not in planned:
         row["verdict"] = "not in this campaign"
         return row
@@ -283,8 +370,31 @@ def _claim(task, claim, measures, planned, labels, resamples) -> dict:
             "not available" if measure != "auc" else "no AUC (needs a validation split)"
         )
         return row
-    row.update(paired.paired_bootstrap(task, ma, mb, labels, resamples))
+    seeds = sorted(set(ma) & set(mb))
+    if not seeds:
+        row["verdict"] = "no common seed"
+        return row
+    row.update(_judged(task, ma, mb, judged["labels"], rules, kind))
+    if rule_run is not None:
+        row.update(_rule_use(judged["found"][rule_run], seeds, rules))
+        if not row["rule_exercised"]:
+            row["verdict"], row["holds"] = NOT_EXERCISED, False
     return row
+
+
+def _rule_use(by_seed: dict, seeds: list[int], rules) -> dict:
+    """The share of training steps the rule run's gradient rule altered, over ``seeds``."""
+    from aclpipe.run_log import has_run_log
+    from aclpipe.study.angles import read_angles
+
+    altered = [
+        flag
+        for s in seeds
+        if has_run_log(by_seed[s]["folder"])
+        for flag in read_angles(by_seed[s]["folder"])[1]
+    ]
+    share, used = verdicts.exercised(altered, rules.rule_floor)
+    return {"rule_altered": share, "rule_steps": len(altered), "rule_exercised": used}
 
 
 # --- files ------------------------------------------------------------------------------------

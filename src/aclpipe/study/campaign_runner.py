@@ -32,15 +32,18 @@ def pending(
     every task finishes first), in the campaign's task and run order."""
     for task in tasks or []:
         campaign.overrides(task)  # a one-line error for a task outside the campaign
+    every_seed = sorted({s for run in campaign.runs for s in campaign.seeds_for(run)})
     for seed in seeds or []:
-        if seed not in campaign.seeds + campaign.ablation_seeds:
+        if seed not in every_seed:
             campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
     return [
         (task, run, seed)
-        for seed in seeds or sorted(set(campaign.seeds) | set(campaign.ablation_seeds))
+        for seed in seeds or every_seed
         for task in tasks or campaign.tasks
         for run in campaign.runs
-        if seed in campaign.seeds_for(run) and not campaign.run_dir(task, run, seed).exists()
+        if seed in campaign.seeds_for(run)
+        and task in campaign.tasks_for(run)
+        and not campaign.run_dir(task, run, seed).exists()
     ]
 
 

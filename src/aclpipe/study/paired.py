@@ -69,7 +69,7 @@ def resampled_differences(
     return (seed_counts * stacked).sum(axis=1) / seed_counts.sum(axis=1)
 
 
-def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
     low, high = np.quantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(low), float(high)
 
@@ -117,6 +117,37 @@ def paired_bootstrap(
     seeds = sorted(set(a) & set(b))
     if not seeds:
         return {"seeds": [], "verdict": "no common seed"}
+    original, diffs = bootstrap_differences(task, a, b, labels, resamples, seed)
+    low, high = percentile_interval(diffs, level)
+    if low > ROUNDING:
+        verdict = "better"
+    elif high < -ROUNDING:
+        verdict = "worse"
+    else:
+        verdict = "no detectable difference"
+    return {
+        "seeds": seeds,
+        "difference": original,
+        "low": low,
+        "high": high,
+        "p": float(np.mean(diffs <= ROUNDING)),
+        "p_two_sided": two_sided_p(diffs),
+        "verdict": verdict,
+        "resamples": resamples,
+    }
+
+
+def bootstrap_differences(
+    task: Task,
+    a: Mapping[int, Measure],
+    b: Mapping[int, Measure],
+    labels: np.ndarray,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, np.ndarray]:
+    """``(difference on the original data, resampled differences [R])`` of A - B over the
+    seeds both have (at least one), as ``paired_bootstrap`` draws them."""
+    seeds = sorted(set(a) & set(b))
     ranges = {m.cost_range for m in (*a.values(), *b.values())}
     if len(ranges) > 1:  # areas over other cost ranges are other means: not comparable
         raise UserError(
@@ -126,30 +157,11 @@ def paired_bootstrap(
         )
     labels = np.asarray(labels)
     ones = np.ones((1, len(labels)))
-    original = resampled_differences(
-        task, [a[s] for s in seeds], [b[s] for s in seeds], labels, ones, np.ones((1, len(seeds)))
-    )
+    a_s, b_s = [a[s] for s in seeds], [b[s] for s in seeds]
+    original = resampled_differences(task, a_s, b_s, labels, ones, np.ones((1, len(seeds))))
     weights, seed_counts = draw(len(labels), len(seeds), resamples, seed)
-    diffs = resampled_differences(
-        task, [a[s] for s in seeds], [b[s] for s in seeds], labels, weights, seed_counts
-    )
-    low, high = _interval(diffs, level)
-    if low > ROUNDING:
-        verdict = "better"
-    elif high < -ROUNDING:
-        verdict = "worse"
-    else:
-        verdict = "no detectable difference"
-    return {
-        "seeds": seeds,
-        "difference": float(original[0]),
-        "low": low,
-        "high": high,
-        "p": float(np.mean(diffs <= ROUNDING)),
-        "p_two_sided": two_sided_p(diffs),
-        "verdict": verdict,
-        "resamples": resamples,
-    }
+    diffs = resampled_differences(task, a_s, b_s, labels, weights, seed_counts)
+    return float(original[0]), diffs
 
 
 def two_sided_p(diffs: np.ndarray) -> float:
@@ -199,7 +211,7 @@ def seed_mean_interval(
     values = resampled_differences(
         task, [runs[s] for s in seeds], None, labels, weights, seed_counts
     )
-    low, high = _interval(values, level)
+    low, high = percentile_interval(values, level)
     return {
         "mean": float(np.mean(per_seed)),
         "sd": float(np.std(per_seed, ddof=1)) if len(seeds) > 1 else None,

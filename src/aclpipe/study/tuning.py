@@ -194,9 +194,41 @@ def markdown(summary: dict) -> str:
                 else ""
             )
         )
+    at_edge = edges(summary)
+    if at_edge:
+        lines.append(
+            "The pick lies at the grid's edge in "
+            + ", ".join(f"{k} ({v:g}, the {side} tried)" for k, v, side in at_edge)
+            + ": a better recipe may lie beyond it, which this grid cannot show."
+        )
+    if pick is not None and len(summary["seeds"]) == 1:
+        lines.append(
+            "One tuning seed cannot separate the top picks: each configuration is one draw "
+            "of data order, initialisation and dropout, so the seed-to-seed spread of a "
+            "recipe, which the campaign's noise floor shows to be of the order of a point "
+            "(results.md), is not part of the comparison above."
+        )
     if not summary["complete"]:
         lines.append("Some configurations have not finished: the pick may change.")
     return "\n".join(lines) + "\n"
+
+
+def edges(summary: dict) -> list[tuple[str, float, str]]:
+    """``(knob, value, "largest" | "smallest")`` for each numeric knob the grid varies whose
+    value in the pick is the largest or the smallest the grid tried."""
+    pick = next((r for r in summary["rows"] if r["config"] == summary["pick"]), None)
+    if pick is None:
+        return []
+    out = []
+    for key, value in pick["knobs"].items():
+        tried = {r["knobs"][key] for r in summary["rows"] if key in r["knobs"]}
+        if len(tried) < 2 or not all(isinstance(v, (int, float)) for v in tried):
+            continue
+        if value == max(tried):
+            out.append((key, value, "largest"))
+        elif value == min(tried):
+            out.append((key, value, "smallest"))
+    return out
 
 
 def _score(value: float | None) -> str:

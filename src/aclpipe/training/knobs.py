@@ -49,6 +49,10 @@ class SclKnobs:
 
     tau: float = 0.3  # SupCon temperature
     lam: float = 0.3  # weight of the SupCon term (CE gets 1 - lam)
+    # ACL-Grad's drop rule on scl (a variant: where the rule fires, CLAIMS.md A3); off in scl
+    acl_grad: bool = False  # drop the SupCon term at a step whose gradients conflict
+    max_angle: float = 90.0  # the gradients conflict above this angle (degrees)
+    grad_scope: Scope = "encoder"  # parameters the cosine is taken over
 
     RANGES: ClassVar[dict[str, Check]] = {"tau": positive, "lam": non_negative}
 

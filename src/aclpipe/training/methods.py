@@ -243,10 +243,11 @@ def _scl(cfg: SclKnobs) -> Method:
     def main(x: LossInputs) -> torch.Tensor:
         return (1 - cfg.lam) * _final_ce(x)
 
-    return Method("scl", False, (Stage(ALL, main, _scl_term(cfg)),))
+    return Method("scl", False, (Stage(ALL, main, _scl_term(cfg), _acl_grad(cfg)),))
 
 
-def _acl_grad(cfg: AclKnobs) -> GradientRule:
+def _acl_grad(cfg: AclKnobs | SclKnobs) -> GradientRule:
+    """ACL-Grad's drop rule where ``cfg.acl_grad`` (acl's default; a variant of scl), else the sum."""
     return AclGrad(cfg.max_angle, cfg.grad_scope) if cfg.acl_grad else PlainSum(cfg.grad_scope)
 
 
