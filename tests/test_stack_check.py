@@ -145,7 +145,7 @@ def test_the_command_writes_the_check_and_the_overview_cites_it(
     write_reports(load_campaign(built), reports)
     overview = (reports / REPORTS_README).read_text()
     assert "Checked across the two stacks (device cpu against gpu): the same run" in overview
-    assert overview.index("Checked across") < overview.index("## The claims")
+    assert overview.index("Checked across") < overview.index("## The papers' claims")
 
 
 REPO = Path(__file__).resolve().parents[1]
