@@ -27,7 +27,7 @@ import numpy as np
 
 from aclpipe.early_exit.policies import NO_EXIT, step
 from aclpipe.early_exit.predict import _softmax
-from aclpipe.early_exit.scheduler import Job, Pair
+from aclpipe.early_exit.scheduler import Job, JobQueue, Pair
 from aclpipe.early_exit.tokens import encode, pad
 
 
@@ -90,7 +90,7 @@ class SegmentAdapter:
         return done
 
 
-class IterationScheduler:
+class IterationScheduler(JobQueue):
     """``submit``/``close`` as ``scheduler.MicroBatcher``; a worker thread runs iterations
     (module docstring). ``max_batch`` bounds the records running at once, ``max_queue`` those
     waiting; ``on_batch`` sees the records running in each iteration."""
@@ -112,24 +112,6 @@ class IterationScheduler:
         self._answers: dict[int, list] = {}  # id(job) -> [records so far, records left]
         self._worker = threading.Thread(target=self._run, name="aclpipe-iterations", daemon=True)
         self._worker.start()
-
-    def submit(self, pairs: list[Pair]):
-        job = Job(pairs)
-        with self._ready:
-            if self._closing or self._waiting + len(pairs) > self.max_queue:
-                return None
-            self._jobs.append(job)
-            self._waiting += len(pairs)
-            depth = self._waiting
-            self._ready.notify()
-        self.on_depth(depth)
-        return job.future
-
-    def close(self, timeout: float | None = None) -> None:
-        with self._ready:
-            self._closing = True
-            self._ready.notify()
-        self._worker.join(timeout)
 
     def _admit(self, running: int) -> list[Job] | None:
         """Jobs that join now: whole jobs while the running records stay within max_batch (a

@@ -73,7 +73,34 @@ class Job:
     future: Future = field(default_factory=Future)  # list[dict], predict's records
 
 
-class MicroBatcher:
+class JobQueue:
+    """What both schedulers share: admission into a bounded queue of jobs, and a close that
+    drains it. A subclass sets ``max_queue``, ``on_depth``, ``_jobs``, ``_waiting``,
+    ``_closing``, ``_ready`` (a Condition) and ``_worker`` (the thread that answers jobs)."""
+
+    def submit(self, pairs: list[Pair]) -> Future | None:
+        """The job's future, or None when the queue cannot take ``len(pairs)`` more records
+        (or the batcher is closing)."""
+        job = Job(pairs)
+        with self._ready:
+            if self._closing or self._waiting + len(pairs) > self.max_queue:
+                return None
+            self._jobs.append(job)
+            self._waiting += len(pairs)
+            depth = self._waiting
+            self._ready.notify()
+        self.on_depth(depth)
+        return job.future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new jobs, answer every admitted one, stop the worker."""
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._worker.join(timeout)
+
+
+class MicroBatcher(JobQueue):
     """Dynamic micro-batching over one worker thread (module docstring).
 
     ``on_batch(size)`` is called in the worker for every batch it runs, ``on_depth(n)``
@@ -97,27 +124,6 @@ class MicroBatcher:
         self._ready = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="aclpipe-batcher", daemon=True)
         self._worker.start()
-
-    def submit(self, pairs: list[Pair]) -> Future | None:
-        """The job's future, or None when the queue cannot take ``len(pairs)`` more records
-        (or the batcher is closing)."""
-        job = Job(pairs)
-        with self._ready:
-            if self._closing or self._waiting + len(pairs) > self.max_queue:
-                return None
-            self._jobs.append(job)
-            self._waiting += len(pairs)
-            depth = self._waiting
-            self._ready.notify()
-        self.on_depth(depth)
-        return job.future
-
-    def close(self, timeout: float | None = None) -> None:
-        """Refuse new jobs, answer every admitted one, stop the worker."""
-        with self._ready:
-            self._closing = True
-            self._ready.notify()
-        self._worker.join(timeout)
 
     def _take(self) -> list[Job] | None:
         """The next batch: the oldest job, then whole jobs while they fit in ``max_batch``,
