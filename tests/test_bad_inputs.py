@@ -120,17 +120,17 @@ def predict_bytes(data: bytes, *options: str) -> Arrange:
     return arrange
 
 
-def predict_tsv(text: str, task: str) -> Arrange:
-    """predict on in.tsv holding ``text`` with a copy of the ce model that says it was trained
-    on ``task`` (``aclpipe_task.json``, as an export's model/ folder carries it)."""
+def predict_tsv(text: str, task: str, name: str = "in.tsv") -> Arrange:
+    """predict on ``name`` (in.tsv) holding ``text`` with a copy of the ce model that says it
+    was trained on ``task`` (``aclpipe_task.json``, as an export's model/ folder carries it)."""
 
     def arrange(work: Path) -> list[str]:
         served = work / "served"
         shutil.copytree(work / "models" / "sst2" / "ce", served)
         record = {"task": task, "labels": ["0", "1"]}
         (served / "aclpipe_task.json").write_text(json.dumps(record), encoding="utf-8")
-        (work / "in.tsv").write_text(text, encoding="utf-8")
-        return ["predict", "--model", "served", "--input", "in.tsv", "--output", "out.jsonl"]
+        (work / name).write_text(text, encoding="utf-8")
+        return ["predict", "--model", "served", "--input", name, "--output", "out.jsonl"]
 
     return arrange
 
@@ -369,6 +369,16 @@ CASES: list[Case] = [
          r"sentence pairs: name the two text columns sentence1 and sentence2, or give a model of a "
          r"one-text task",
          predict_tsv("sentence\tlabel\ngood .\t1\n", "mrpc")),
+    Case("predict-jsonl-pair-to-one-text-model", "a JSONL pair record given to a one-text (SST-2) model",
+         r"input line 2 holds two texts, but this model \(sst2\) reads one: send one text per "
+         r"record, or give a model of a sentence-pair task",
+         predict_tsv('{"text": "good ."}\n{"text_a": "a man plays .", "text_b": "he plays ."}\n',
+                     "sst2", "in.jsonl")),
+    Case("predict-text-one-text-to-pair-model", "a line with no tab given to a pair (MRPC) model",
+         r"input line 1 holds one text, but this model \(mrpc\) reads sentence pairs: send "
+         r"\{\"text_a\": \.\.\., \"text_b\": \.\.\.\} \(or two tab-separated texts\), or give a "
+         r"model of a one-text task",
+         predict_tsv("a man plays .\n", "mrpc", "in.txt")),
     Case("predict-jsonl-not-json", "a JSONL input line that is not JSON",
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",

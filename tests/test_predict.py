@@ -82,13 +82,23 @@ def test_thresholds_at_the_ends(model_folder: Path, policy: str, threshold: floa
         assert row["probability"] == pytest.approx(float(probs.max()), abs=1e-5)
 
 
-def test_pairs_with_a_tab(model_folder: Path) -> None:
+@pytest.fixture(scope="module")
+def pair_model_folder(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The tiny model saved as a model of a sentence-pair task (MRPC)."""
+    return save_folder(tmp_path_factory.mktemp("pairs") / "model", tiny_model_dir, "mrpc", 2)
+
+
+def test_pairs_with_a_tab(pair_model_folder: Path, model_folder: Path) -> None:
     pairs = ["the man plays the guitar .\ta man plays a guitar .", "the dog runs .\tthe cat sits"]
-    rows = list(predict_lines(model_folder, pairs, "entropy", 0.0))
+    rows = list(predict_lines(pair_model_folder, pairs, "entropy", 0.0))
     assert [r["text"] for r in rows] == pairs
     for row in rows:
-        probs = reference(model_folder, row["text"])[-1].softmax(-1)  # tokenized as a pair
+        probs = reference(pair_model_folder, row["text"])[-1].softmax(-1)  # tokenized as a pair
         assert row["probability"] == pytest.approx(float(probs.max()), abs=1e-5)
+    with pytest.raises(UserError, match=r"^input line 1 holds one text, but this model \(mrpc\)"):
+        list(predict_lines(pair_model_folder, ["the man plays ."], "entropy", 0.0))
+    with pytest.raises(UserError, match=r"^input line 2 holds two texts, but this model \(sst2\)"):
+        list(predict_lines(model_folder, ["good .", pairs[0]], "entropy", 0.0))
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from aclpipe.early_exit.predict import Predictor
 from aclpipe.early_exit.scheduler import MicroBatcher
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.exits.export import export_exits
+from aclpipe.layout import EXPORT_JSON
 from aclpipe.modeling.model import load_multi_exit
 
 MIX_REQUESTS = 2000  # the issue's count; 5% of them malformed
@@ -55,11 +56,24 @@ def records_to_send() -> list[tuple[str, str | None]]:
 
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+def task_export(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The tiny model exported as an SST-2 model: export.json names its task."""
     root = tmp_path_factory.mktemp("serve-http")
     model_dir, data_dir = trained_folders(root, tiny_model_dir, "mean")
     export_exits(TASKS["sst2"], model_dir, data_dir, root / "export", batch_size=4)
     return root / "export"
+
+
+@pytest.fixture(scope="module")
+def export_dir(task_export: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same export with its task forgotten, so that it reads one text or a pair, as a
+    model of unknown task does: the mixes below send both through one server."""
+    folder = tmp_path_factory.mktemp("serve-any") / "forgot-task"
+    shutil.copytree(task_export, folder)
+    record = json.loads((folder / EXPORT_JSON).read_text(encoding="utf-8"))
+    del record["task"]
+    (folder / EXPORT_JSON).write_text(json.dumps(record), encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +309,7 @@ def _break(folder: Path, how: str) -> None:
     elif how == "tokenizer":
         (folder / "tokenizer.json").unlink()
     else:
-        (folder / "export.json").write_text("{", encoding="utf-8")
+        (folder / EXPORT_JSON).write_text("{", encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -349,3 +363,24 @@ def test_micro_batcher_bounds_batches_and_the_queue() -> None:
     assert batcher.submit([("after", None)]).result(5)[0]["text"] == "after"  # worker lives on
     batcher.close(5)
     assert batcher.submit([("late", None)]) is None
+
+
+@pytest.mark.slow
+def test_a_record_of_the_wrong_kind_is_refused_as_predict_refuses_it(task_export: Path) -> None:
+    """An export that names its task (SST-2: one text) answers a pair with a one-line 422
+    ``wrong_texts``, in a list too, and goes on answering single texts."""
+    server = Server(task_export)
+    try:
+        conn = server.connection()
+        pair = {"text_a": "a man plays .", "text_b": "he plays ."}
+        for body, where in ((pair, "the record"), ([{"text": "good ."}, pair], "record 1")):
+            status, _, raw = post(conn, json.dumps(body).encode())
+            answer = json.loads(raw)
+            assert status == 422 and answer["kind"] == "wrong_texts", raw
+            assert answer["error"].startswith(f"{where} holds two texts, but this model (sst2)")
+            assert b"\n" not in raw.strip()
+        status, _, raw = post(conn, json.dumps({"text": "good ."}).encode())
+        assert status == 200 and json.loads(raw)["exit_layer"] is not None
+        assert errors_by_kind(conn).get("wrong_texts") == 2.0
+    finally:
+        server.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from aclpipe.early_exit.runtime import EarlyExitRuntime
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.errors import UserError
 from aclpipe.exits.export import export_exits, write_tokenizer_file
-from aclpipe.layout import EXPORT, EXPORT_TOKENIZER
+from aclpipe.layout import EXPORT, EXPORT_JSON, EXPORT_TOKENIZER
 from aclpipe.modeling.backbone import load_tokenizer
 from aclpipe.modeling.model import load_multi_exit
 
@@ -141,7 +142,7 @@ def test_predict_onnx_runs_without_torch_or_transformers(export_dir: Path, tmp_p
     """`aclpipe predict --engine onnx` with torch and transformers impossible to import gives
     the answers of the torch engine (same exits, probabilities within 1e-5)."""
     source = tmp_path / "in.txt"
-    source.write_text("\n".join([*SENTENCES, "", "bad plot .\tgood film ."]) + "\n")
+    source.write_text("\n".join([*SENTENCES, "", "bad plot , good film ."]) + "\n")
     args = ["predict", "--model", str(export_dir), "--input", str(source), "--policy",
             "entropy", "--threshold", "0.69", "--engine", "onnx", "--output"]  # fmt: skip
     done = subprocess.run(
@@ -183,10 +184,20 @@ def test_formats_sorting_and_defaults(export_dir: Path, tmp_path: Path) -> None:
     pairs_tsv = ["text_a\ttext_b\n", *(f"{a}\t{b}\n" for a, b in PAIRS)]
     pairs_jsonl = [json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in PAIRS]
     pairs_text = [f"{a}\t{b}" for a, b in PAIRS]
-    expected = list(predict_lines(export_dir, pairs_text))
-    assert list(predict_lines(export_dir, pairs_jsonl, fmt="jsonl")) == expected
     with pytest.raises(UserError, match=r"names two texts, but this model \(sst2\) reads one"):
         list(predict_lines(export_dir, pairs_tsv, fmt="tsv"))  # a pair TSV, an SST-2 export
+    two_texts = r"^input line 1 holds two texts, but this model \(sst2\)"
+    for fmt, pairs in (("jsonl", pairs_jsonl), ("text", pairs_text)):  # checked record by record
+        with pytest.raises(UserError, match=two_texts):
+            list(predict_lines(export_dir, pairs, fmt=fmt))
+    anything = tmp_path / "forgot-task"  # the same model, its task forgotten: it reads pairs too
+    shutil.copytree(export_dir, anything)
+    record = json.loads((anything / EXPORT_JSON).read_text(encoding="utf-8"))
+    del record["task"]
+    (anything / EXPORT_JSON).write_text(json.dumps(record), encoding="utf-8")
+    expected = list(predict_lines(anything, pairs_text))
+    assert list(predict_lines(anything, pairs_jsonl, fmt="jsonl")) == expected
+    assert list(predict_lines(anything, pairs_tsv, fmt="tsv")) == expected
 
 
 @pytest.mark.slow

@@ -117,10 +117,12 @@ def records(
         text = line.rstrip("\r\n")
         if not text.strip():
             yield text, None
-        elif fmt == "jsonl":
-            yield _json_record(text, number)
+            continue
+        if fmt == "jsonl":
+            record = _json_record(text, number)
         elif fmt == "tsv":
-            yield _tsv_record(text, number, columns)
+            yield _tsv_record(text, number, columns)  # the header was checked once
+            continue
         else:
             parts = text.split("\t")
             if len(parts) > 2:
@@ -128,7 +130,28 @@ def records(
                     f"input line {number} has {len(parts) - 1} tabs: give one sentence per line, "
                     "or two sentences separated by one tab"
                 )
-            yield text, (parts[0], parts[1] if len(parts) == 2 else None)
+            record = text, (parts[0], parts[1] if len(parts) == 2 else None)
+        if texts is not None:
+            check_pair(record[1], texts, task, f"input line {number}")
+        yield record
+
+
+def check_pair(pair: tuple[str, str | None], texts: int, task: str | None, where: str) -> None:
+    """A one-line error unless ``pair`` holds as many texts as the model of ``task`` reads
+    (``texts``: 1, or 2 for sentence pairs)."""
+    given = 1 if pair[1] is None else 2
+    if given == texts:
+        return
+    if given == 2:
+        raise UserError(
+            f"{where} holds two texts, but this model ({task}) reads one: send one text per "
+            "record, or give a model of a sentence-pair task"
+        )
+    raise UserError(
+        f"{where} holds one text, but this model ({task}) reads sentence pairs: send "
+        '{"text_a": ..., "text_b": ...} (or two tab-separated texts), or give a model of a '
+        "one-text task"
+    )
 
 
 def _header(line: str, fmt: str) -> tuple[int, int | None, int]:

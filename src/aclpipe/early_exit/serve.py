@@ -14,7 +14,8 @@ The same engines, precisions, policies and default setting as ``aclpipe predict`
 
 Every error is one line of JSON, ``{"error": "<what and the fix>", "kind": "<kind>"}``: 400
 ``bad_json``; 413 ``body_too_large`` (over ``max_body`` bytes) and ``too_many_records`` (a list
-longer than the queue); 422 ``missing_field``, ``wrong_type``, ``empty_text``; 503
+longer than the queue); 422 ``missing_field``, ``wrong_type``, ``empty_text``, ``wrong_texts`` (a pair sent to a
+one-text model, or one text to a pair model, when the export names its task); 503
 ``overloaded`` (the bounded queue is full) with ``Retry-After``; 404/405; 500 ``internal``.
 
 Start-up is all or nothing: the model is loaded and warmed up before the socket is bound, so a
@@ -35,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aclpipe.early_exit.inputs import check_pair
 from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
 from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.scheduler import Job, MicroBatcher, Pair, PredictorAdapter
@@ -58,6 +60,8 @@ SWITCH_INTERVAL = 0.0002
 class Limits:
     max_body: int  # bytes of one request body
     max_records: int  # records in one request (the queue's bound: a longer list never fits)
+    texts: int | None = None  # texts per record the model reads (1, 2 for pairs; None: unknown)
+    task: str | None = None  # the model's task, named in the error for a record of the wrong kind
 
 
 class BadRequest(Exception):
@@ -66,8 +70,11 @@ class BadRequest(Exception):
         self.status, self.kind, self.message = status, kind, " ".join(message.split())
 
 
-def parse_records(body: bytes, max_records: int) -> tuple[list[Pair], bool]:
-    """``(pairs, single)`` from a request body (module docstring), or ``BadRequest``."""
+def parse_records(
+    body: bytes, max_records: int, texts: int | None = None, task: str | None = None
+) -> tuple[list[Pair], bool]:
+    """``(pairs, single)`` from a request body (module docstring), or ``BadRequest``; with
+    ``texts`` known, a record holding another number of texts is refused (422 ``wrong_texts``)."""
     try:
         data = json.loads(body)
     except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8
@@ -86,7 +93,14 @@ def parse_records(body: bytes, max_records: int) -> tuple[list[Pair], bool]:
             413, "too_many_records",
             f"{len(items)} records in one request, at most {max_records}: split the list",
         )  # fmt: skip
-    return [_pair(item, i) for i, item in enumerate(items)], single
+    pairs = [_pair(item, i) for i, item in enumerate(items)]
+    if texts is not None:
+        for i, pair in enumerate(pairs):
+            try:
+                check_pair(pair, texts, task, f"record {i}" if i else "the record")
+            except UserError as err:
+                raise BadRequest(422, "wrong_texts", str(err)) from None
+    return pairs, single
 
 
 def _pair(item, index: int) -> Pair:
@@ -168,7 +182,8 @@ def build_app(
     async def predict(request) -> Response:
         began = time.perf_counter()
         try:
-            pairs, single = parse_records(await read_body(request), limits.max_records)
+            body = await read_body(request)
+            pairs, single = parse_records(body, limits.max_records, limits.texts, limits.task)
         except BadRequest as err:
             return error(err.status, err.kind, err.message)
         future = batcher.submit(pairs)
@@ -278,7 +293,7 @@ def serve(
         raise UserError("--threads must be >= 1")
     if scheduler not in SCHEDULERS:
         raise UserError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
-    from aclpipe.early_exit.predict import Predictor
+    from aclpipe.early_exit.predict import Predictor, texts_read
 
     predictor = Predictor(model, policy, threshold, engine, batch_size=max_batch,
                           max_length=max_length, threads=threads, precision=precision)  # fmt: skip
@@ -316,7 +331,8 @@ def serve(
         "exits": adapter.exits, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
         "max_queue": max_queue, "scheduler": scheduler,
     }  # fmt: skip
-    app = build_app(batcher, metrics, Limits(max_body, max_queue), describe)
+    limits = Limits(max_body, max_queue, texts_read(predictor.task), predictor.task)
+    app = build_app(batcher, metrics, limits, describe)
     bound_host, bound_port = sock.getsockname()[:2]
     print(
         f"aclpipe serve: http://{bound_host}:{bound_port} (engine {predictor.engine_name}, "
