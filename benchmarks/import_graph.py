@@ -43,12 +43,31 @@ def module_names() -> dict[str, Path]:
     return names
 
 
-def import_graph(names: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the aclpipe modules it imports anywhere in its file (type-only ones too)."""
+def _type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node that runs: the bodies of ``if TYPE_CHECKING:`` (annotations only) left out."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node) if not _type_checking(child))
+
+
+def import_graph(names: dict[str, Path], type_only: bool = True) -> dict[str, set[str]]:
+    """Module -> the aclpipe modules it imports anywhere in its file, inside functions too;
+    with ``type_only`` also the ``if TYPE_CHECKING:`` imports, else only those that run.
+    (tests/test_layering.py checks the architecture on this same graph.)"""
     graph = {}
     for name, path in names.items():
         imported = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree) if type_only else _runtime_nodes(tree):
             if isinstance(node, ast.Import):
                 imported |= {a.name for a in node.names if a.name in names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

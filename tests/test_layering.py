@@ -5,7 +5,6 @@ config, the stages or the scoring libraries."""
 
 from __future__ import annotations
 
-import ast
 import graphlib
 import json
 import subprocess
@@ -14,50 +13,17 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "aclpipe"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "aclpipe"
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-def module_names() -> dict[str, Path]:
-    names = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return names
-
-
-def _type_checking(node: ast.AST) -> bool:
-    test = node.test if isinstance(node, ast.If) else None
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node that runs: the bodies of ``if TYPE_CHECKING:`` (annotations only) are left out."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(child for child in ast.iter_child_nodes(node) if not _type_checking(child))
+import import_graph as walker  # noqa: E402  (benchmarks/import_graph.py: the one import walker)
 
 
 def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     """Module -> the aclpipe modules it imports anywhere in its file (at run time; with
     ``type_only``, the ``if TYPE_CHECKING:`` imports too)."""
-    names = module_names()
-    graph: dict[str, set[str]] = {}
-    for name, path in names.items():
-        imported = set()
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree) if type_only else _runtime_nodes(tree):
-            if isinstance(node, ast.Import):
-                imported |= {a.name for a in node.names if a.name in names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                if node.module in names:
-                    imported.add(node.module)
-                imported |= {f"{node.module}.{a.name}" for a in node.names} & names.keys()
-        graph[name] = imported - {name}
-    return graph
+    return walker.import_graph(walker.module_names(), type_only)
 
 
 def test_no_import_circle() -> None:
