@@ -1,15 +1,26 @@
 """The STS study's report: reports/sts/README.md, results.json and the per-layer figure,
-generated from sts/runs/ (``aclpipe sts report``).
+generated from sts/runs/ (``aclpipe sts report``); the README's words are ``sts_markdown``.
 
-Verdicts follow METHODS.md "Comparisons": for "A beats B" on a split, the mean over seeds of
-``Spearman(A_s) - Spearman(B_s)`` with a 95% interval from the paired bootstrap of
-``study.paired`` (seeds and sentence pairs resampled together, 2,000 resamples), the
-one-sided p-value and better / worse / no detectable difference. A resample of sentence
-pairs is a count vector; the Spearman correlation of the resampled pairs is computed from
-the counts (:func:`weighted_spearman`: average ranks of the replicated sample, then the
-count-weighted Pearson correlation of the ranks), so it equals ``scipy.stats.spearmanr`` of
-the pairs repeated as drawn. The untrained checkpoint is one fixed run: against it, a
-trained pooling is compared on the same resamples with the checkpoint's own value in each.
+Claim L2 (../shared/CLAIMS.md), per objective: "layer-attention beats mean" and
+"layer-attention beats cls", superiority claims (the paper says the pooling *improves on* the
+baseline). Each is judged as the seeds campaign judges its claims (``study.verdicts``): the
+paired bootstrap of ``paired.bootstrap_differences`` (the seeds both runs have and the
+sentence pairs resampled together, sts.verdicts.resamples times), the mean over seeds of
+``Spearman(A_s) - Spearman(B_s)`` with its 95% interval, and ``verdicts.judge``: better /
+worse / comparable (no worse than the baseline by sts.verdicts.margin) / inconclusive, with
+the verdict's own one-sided p and its Monte Carlo error. The STS Benchmark test is the primary
+split: its claims are one family (Holm, ``verdicts.family``); STS-B dev is shown beside them,
+outside the family.
+
+The untrained checkpoint is context, not a claim: each trained run against the checkpoint's
+same (parameter-free) pooling, and against its mean pooling, the one it was published with;
+the same verdicts, no family. The checkpoint is one fixed run: against it, a trained pooling
+is compared on the same resamples with the checkpoint's own value in each.
+
+A resample of sentence pairs is a count vector; the Spearman correlation of the resampled
+pairs is computed from the counts (:func:`weighted_spearman`: average ranks of the replicated
+sample, then the count-weighted Pearson correlation of the ranks), so it equals
+``scipy.stats.spearmanr`` of the pairs repeated as drawn.
 """
 
 from __future__ import annotations
@@ -24,14 +35,21 @@ from aclpipe import atomic
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import META, REPORTS_README, RESULTS_JSON
-from aclpipe.study.paired import RESAMPLES, paired_bootstrap
+from aclpipe.study import paired, verdicts
 from aclpipe.study.sts_eval import POOLINGS
 from aclpipe.study.sts_study import COSINES, RUN_RECORD, StsStudy
+from aclpipe.study.verdicts import SUPERIORITY, Rules
 
 README = REPORTS_README
 RESULTS = RESULTS_JSON
 FIGURE = "spearman_per_layer.png"
-COMPARISONS = (("layer-attention", "mean"), ("layer-attention", "cls"))
+PRIMARY, SECONDARY = "test", "dev"  # the family is judged on test; dev is shown beside it
+SPLITS = (PRIMARY, SECONDARY)
+CLAIMS = (("layer-attention", "mean"), ("layer-attention", "cls"))  # L2, per objective
+CHECKPOINT = "checkpoint"  # the untrained checkpoint's runs are named checkpoint/<pooling>
+PUBLISHED = "mean"  # all-MiniLM-L6-v2's own pooling: the strong zero-shot baseline
+NOT_RUN = "not run yet"
+NO_COMMON_SEED = "no common seed"
 
 
 def weighted_ranks(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -51,17 +69,48 @@ def weighted_ranks(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _centred(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ranks [R, N], their weighted sum of squares [R])``: ``values``' average ranks in each
+    resample ``weights [R, N]`` (float), minus their weighted mean."""
+    ranks = weighted_ranks(values, weights)
+    total = weights.sum(axis=1, keepdims=True)
+    ranks = ranks - (weights * ranks).sum(axis=1, keepdims=True) / total
+    return ranks, (weights * ranks * ranks).sum(axis=1)
+
+
+def _correlation(a: tuple, b: tuple, weights: np.ndarray) -> np.ndarray:
+    covariance = (weights * a[0] * b[0]).sum(axis=1)
+    scale = np.sqrt(a[1] * b[1])
+    return np.where(scale > 0, covariance / np.maximum(scale, 1e-300), 0.0)
+
+
 def weighted_spearman(values: np.ndarray, gold: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Spearman correlation of ``values`` with ``gold`` in each resample ``weights [R, N]``
     (0 where either side is constant, as ``metrics``): ``[R]``."""
     weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    a, b = weighted_ranks(values, weights), weighted_ranks(gold, weights)
-    total = weights.sum(axis=1, keepdims=True)
-    a = a - (weights * a).sum(axis=1, keepdims=True) / total
-    b = b - (weights * b).sum(axis=1, keepdims=True) / total
-    covariance = (weights * a * b).sum(axis=1)
-    scale = np.sqrt((weights * a * a).sum(axis=1) * (weights * b * b).sum(axis=1))
-    return np.where(scale > 0, covariance / np.maximum(scale, 1e-300), 0.0)
+    return _correlation(_centred(values, weights), _centred(gold, weights), weights)
+
+
+class SpearmanCache:
+    """Each run's Spearman under one draw of weights, computed once per split: the claims and
+    the context reuse the same runs under the same (cached) ``paired.draw``, the checkpoint
+    stands in for every seed, and at 10,000 resamples one Spearman of 1,500 pairs takes about
+    a second. Keyed by the arrays' identity; each entry holds its arrays, so no id is reused."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[int, int, int], tuple] = {}
+        self._draw: tuple | None = None  # (weights, gold, float weights, gold's _centred)
+
+    def spearman(self, values: np.ndarray, gold: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        key = (id(values), id(gold), id(weights))
+        if key not in self._values:
+            d = self._draw
+            if d is None or d[0] is not weights or d[1] is not gold:
+                floats = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+                d = self._draw = (weights, gold, floats, _centred(gold, floats))
+            result = _correlation(_centred(values, d[2]), d[3], d[2])
+            self._values[key] = (values, gold, weights, result)
+        return self._values[key][-1]
 
 
 @dataclass
@@ -69,14 +118,23 @@ class SpearmanMeasure:
     """One run's Spearman on a split under bootstrap weights (``paired``'s Measure API)."""
 
     cosines: np.ndarray  # [N]
+    cache: SpearmanCache | None = None
     cost_range: tuple[float, float] = (0.0, 1.0)
 
     def values(self, task, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        return weighted_spearman(self.cosines, labels, weights)
+        if self.cache is None:
+            return weighted_spearman(self.cosines, labels, weights)
+        return self.cache.spearman(self.cosines, labels, weights)
+
+
+def spearman(cosines: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman of one run's cosines with the gold scores, every pair once."""
+    return float(weighted_spearman(cosines, gold, np.ones(len(gold)))[0])
 
 
 def load_runs(study: StsStudy) -> tuple[dict, dict]:
-    """``(runs, zero_shot)``: ``runs[(objective, pooling)][seed] = (record, cosines)``."""
+    """``(runs, zero_shot)``: ``runs[(objective, pooling)][seed] = (record, cosines)``. Every
+    run must have scored the checkpoint's pairs, in its order."""
     zero_dir = study.zero_shot_dir()
     if not (zero_dir / COSINES).is_file():
         raise UserError(f"{zero_dir} not found: run `aclpipe sts zero-shot` first")
@@ -85,56 +143,132 @@ def load_runs(study: StsStudy) -> tuple[dict, dict]:
         "cosines": dict(np.load(zero_dir / COSINES)),
     }
     runs: dict = {}
+    scored = {split: [(str(zero_dir), zero["cosines"][f"gold_{split}"], None)] for split in SPLITS}
     for objective in study.objectives:
         for pooling in study.poolings:
             for seed in study.seeds:
                 folder = study.run_dir(objective, pooling, seed)
                 if (folder / COSINES).is_file():
                     record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
-                    runs.setdefault((objective, pooling), {})[seed] = (
-                        record,
-                        dict(np.load(folder / COSINES)),
-                    )
+                    cosines = dict(np.load(folder / COSINES))
+                    runs.setdefault((objective, pooling), {})[seed] = (record, cosines)
+                    for split in SPLITS:
+                        scored[split].append((str(folder), cosines[f"gold_{split}"], None))
+    for split, found in scored.items():
+        paired.check_same_examples(found, split, "score both with the same STS pair files")
     return runs, zero
 
 
-def summarise(study: StsStudy, runs: dict, zero: dict, resamples: int = RESAMPLES) -> dict:
-    """Every number the README shows (results.json)."""
+def judged(a: dict, b: dict, gold: np.ndarray, rules: Rules) -> dict:
+    """The claim "A beats B" over the seeds both have (``{seed: SpearmanMeasure}``): the means, the
+    difference with its 95% interval, the detectable size and ``verdicts.judge``'s verdict."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return {"seeds": [], "verdict": NO_COMMON_SEED}
     task = get_task("stsb")
+    difference, diffs = paired.bootstrap_differences(task, a, b, gold, rules.resamples)
+    low, high = paired.percentile_interval(diffs, paired.LEVEL)
+    return {
+        "seeds": seeds,
+        "a_mean": float(np.mean([spearman(a[s].cosines, gold) for s in seeds])),
+        "b_mean": float(np.mean([spearman(b[s].cosines, gold) for s in seeds])),
+        "difference": difference,
+        "low": low,
+        "high": high,
+        "detectable": verdicts.detectable(low, high),
+        "resamples": rules.resamples,
+        **verdicts.judge(diffs, SUPERIORITY, rules),
+    }
+
+
+def _claims(study: StsStudy, measures: dict, gold: np.ndarray, rules: Rules) -> list[dict]:
+    """L2's claims of the study's objectives and poolings, judged where both runs exist."""
+    out = []
+    for objective in study.objectives:
+        for a, b in CLAIMS:
+            if a not in study.poolings or b not in study.poolings:
+                continue  # not in this study's design
+            claim = {
+                "claim": f"{objective}: {a} beats {b}",
+                "objective": objective,
+                "a": f"{objective}/{a}",
+                "b": f"{objective}/{b}",
+                "kind": SUPERIORITY,
+            }
+            missing = [f"{objective}/{p}" for p in (a, b) if (objective, p) not in measures]
+            if missing:
+                claim.update(seeds=[], verdict=NOT_RUN, missing=missing)
+            else:
+                claim.update(
+                    judged(measures[(objective, a)], measures[(objective, b)], gold, rules)
+                )
+            out.append(claim)
+    return out
+
+
+def _context(measures: dict, checkpoint: dict, gold: np.ndarray, rules: Rules) -> list[dict]:
+    """Each trained run against the checkpoint's same pooling and its published mean pooling
+    (once for a mean run, where the two are one)."""
+    out = []
+    for (objective, pooling), per_seed in measures.items():
+        for against in dict.fromkeys((pooling, PUBLISHED)):
+            fixed = {s: checkpoint[against] for s in per_seed}
+            out.append({
+                "a": f"{objective}/{pooling}",
+                "b": f"{CHECKPOINT}/{against}",
+                "same_pooling": against == pooling,
+                "published": against == PUBLISHED,
+                **judged(per_seed, fixed, gold, rules),
+            })  # fmt: skip
+    return out
+
+
+def summarise(study: StsStudy, runs: dict, zero: dict, rules: Rules | None = None) -> dict:
+    """Every number the README shows (results.json); ``rules`` default to sts.verdicts."""
+    rules = rules or study.verdicts
     num_layers = zero["cosines"]["layers_dev"].shape[1]
-    out: dict = {"model": zero["record"]["model"], "splits": {}, "resamples": resamples}
-    for split in ("dev", "test"):
+    missing = {
+        f"{o}/{p}": [s for s in study.seeds if s not in runs.get((o, p), {})]
+        for o in study.objectives
+        for p in study.poolings
+    }
+    out: dict = {
+        "model": zero["record"]["model"],
+        "layers": list(range(1, num_layers + 1)),
+        "runs_present": sum(len(seeds) for seeds in runs.values()),
+        "runs_planned": len(study.objectives) * len(study.poolings) * len(study.seeds),
+        "seeds_planned": list(study.seeds),
+        "missing": {key: seeds for key, seeds in missing.items() if seeds},
+        "rules": {"margin": rules.margin, "resamples": rules.resamples, "alpha": rules.alpha},
+        "primary": PRIMARY,
+        "secondary": SECONDARY,
+        "published": PUBLISHED,
+        "splits": {},
+    }
+    for split in SPLITS:
+        cache = SpearmanCache()
         gold = zero["cosines"][f"gold_{split}"]
         zero_layers = zero["cosines"][f"layers_{split}"]  # [P, L, N]
-        zero_final = {
-            p: float(weighted_spearman(zero_layers[i, -1], gold, np.ones(len(gold)))[0])
-            for i, p in enumerate(POOLINGS)
-        }
         section: dict = {
             "pairs": len(gold),
             "zero_shot_per_layer": {
-                p: [
-                    float(weighted_spearman(c, gold, np.ones(len(gold)))[0]) for c in zero_layers[i]
-                ]
-                for i, p in enumerate(POOLINGS)
+                p: [spearman(c, gold) for c in zero_layers[i]] for i, p in enumerate(POOLINGS)
             },
-            "zero_shot": zero_final,
+            "zero_shot": {p: spearman(zero_layers[i, -1], gold) for i, p in enumerate(POOLINGS)},
             "runs": {},
-            "verdicts": {},
-            "against_zero_shot": {},
-            "against_checkpoint_mean": {},
         }
         measures = {}
         for (objective, pooling), seeds in runs.items():
-            per_seed = {s: SpearmanMeasure(c[f"trained_{split}"]) for s, (_, c) in seeds.items()}
+            per_seed = {
+                s: SpearmanMeasure(c[f"trained_{split}"], cache) for s, (_, c) in seeds.items()
+            }
             measures[(objective, pooling)] = per_seed
-            values = [float(m.values(task, gold, np.ones(len(gold)))[0]) for m in per_seed.values()]
+            values = [spearman(m.cosines, gold) for m in per_seed.values()]
             mean_index = POOLINGS.index("mean")
             per_layer = [  # per seed: mean pooling at each layer of the trained encoder
-                [float(weighted_spearman(c, gold, np.ones(len(gold)))[0])
-                 for c in cosines[f"layers_{split}"][mean_index]]
+                [spearman(c, gold) for c in cosines[f"layers_{split}"][mean_index]]
                 for _, cosines in seeds.values()
-            ]  # fmt: skip
+            ]
             section["runs"][f"{objective}/{pooling}"] = {
                 "seeds": sorted(seeds),
                 "spearman": values,
@@ -143,119 +277,15 @@ def summarise(study: StsStudy, runs: dict, zero: dict, resamples: int = RESAMPLE
                 "train_seconds": [r["train_seconds"] for r, _ in seeds.values()],
                 "encoder_per_layer_mean_pooling": np.mean(per_layer, axis=0).tolist(),
             }
-            zero_measure = SpearmanMeasure(zero_layers[POOLINGS.index(pooling), -1])
-            section["against_zero_shot"][f"{objective}/{pooling}"] = paired_bootstrap(
-                task, per_seed, {s: zero_measure for s in per_seed}, gold, resamples
-            )
-            published = SpearmanMeasure(zero_layers[POOLINGS.index("mean"), -1])
-            section["against_checkpoint_mean"][f"{objective}/{pooling}"] = paired_bootstrap(
-                task, per_seed, {s: published for s in per_seed}, gold, resamples
-            )
-        for objective in study.objectives:
-            for a, b in COMPARISONS:
-                if (objective, a) in measures and (objective, b) in measures:
-                    section["verdicts"][f"{objective}: {a} - {b}"] = paired_bootstrap(
-                        task, measures[(objective, a)], measures[(objective, b)], gold, resamples
-                    )
+        checkpoint = {p: SpearmanMeasure(zero_layers[i, -1], cache) for i, p in enumerate(POOLINGS)}
+        section["claims"] = _claims(study, measures, gold, rules)
+        section["context"] = _context(measures, checkpoint, gold, rules)
         out["splits"][split] = section
-    out["layers"] = list(range(1, num_layers + 1))
-    out["runs_present"] = sum(len(seeds) for seeds in runs.values())
-    out["runs_planned"] = len(study.objectives) * len(study.poolings) * len(study.seeds)
+    # The family: L2's claims judged on the primary split, each with its verdict's own p.
+    tested = [c for c in out["splits"][PRIMARY]["claims"] if c["verdict"] in verdicts.VERDICTS]
+    verdicts.family(tested, rules, rules.resamples)
+    out["family"] = len(tested)
     return out
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}"
-
-
-def _verdict_row(name: str, v: dict) -> str:
-    if not v.get("seeds"):
-        return f"| {name} | no common seed | | | |"
-    return (
-        f"| {name} | {100 * v['difference']:+.2f} | [{100 * v['low']:+.2f}, {100 * v['high']:+.2f}] "
-        f"| {v['p']:.3f} | {v['verdict']} ({_seeds(len(v['seeds']))}) |"
-    )
-
-
-def _seeds(n: int) -> str:
-    return "1 seed: examples only" if n == 1 else f"{n} seeds"
-
-
-def render_readme(study: StsStudy, summary: dict, meta: dict) -> str:
-    """The study's README (``aclpipe sts report``)."""
-    lines = [
-        "# Layer-wise attention pooling on STS: contrastive sentence embeddings (claim L2)",
-        "",
-        "Generated by `aclpipe sts report` from `sts/runs/` (`dvc repro sts/dvc.yaml`); do not "
-        "edit by hand. Objectives, data and pooling: docs/sentence_embeddings.md.",
-        "",
-        f"Model: `{summary['model']}`. Spearman x100 of the cosine similarity of the two "
-        "sentences' embeddings against the gold scores, on STS-B dev "
-        f"({summary['splits']['dev']['pairs']} pairs) and the STS Benchmark test "
-        f"({summary['splits']['test']['pairs']} pairs, `original/sts-test.tsv`). No model "
-        "selection: each run's final model is scored once on each.",
-        "",
-        f"Runs present: {summary['runs_present']} of {summary['runs_planned']} planned "
-        f"({len(study.objectives)} objectives x {len(study.poolings)} poolings x "
-        f"{len(study.seeds)} seeds).",
-        "",
-    ]
-    for name, m in meta.items():
-        lines.append(f"- `{name}` data: {json.dumps(m.get('built'))}; train rows used: "
-                     f"{m['splits']['train']['examples']}")  # fmt: skip
-    lines += ["", "## Scores (mean ± sd over seeds)", ""]
-    lines += ["| objective | pooling | seeds | dev | test | untrained checkpoint, same pooling (dev / test) |",
-              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    dev, test = summary["splits"]["dev"], summary["splits"]["test"]
-    for objective in study.objectives:
-        for pooling in study.poolings:
-            key = f"{objective}/{pooling}"
-            if key not in dev["runs"]:
-                lines.append(f"| {objective} | {pooling} | 0 | not run | not run | |")
-                continue
-            d, t = dev["runs"][key], test["runs"][key]
-            sd = lambda r: "" if r["sd"] is None else f" ± {100 * r['sd']:.2f}"  # noqa: E731
-            lines.append(
-                f"| {objective} | {pooling} | {len(d['seeds'])} | {_pct(d['mean'])}{sd(d)} | "
-                f"{_pct(t['mean'])}{sd(t)} | {_pct(dev['zero_shot'][pooling])} / "
-                f"{_pct(test['zero_shot'][pooling])} |"
-            )
-    lines += [
-        "",
-        "The untrained checkpoint's poolings are parameter-free (`cls`: the raw [CLS] vector; "
-        "`layer-attention`: attention over layers with identity maps, study/sts_eval.py); the "
-        "trained ones carry their learned maps. all-MiniLM-L6-v2 was itself trained "
-        "contrastively on about a billion sentence pairs with mean pooling, so its zero-shot "
-        "mean pooling is a strong baseline: every trained run is also compared with it (the "
-        "checkpoint as published, the zero-shot line).",
-        "",
-        "## Verdicts (paired bootstrap over seeds and sentence pairs, 95% interval)",
-        "",
-    ]
-    for split in ("test", "dev"):
-        section = summary["splits"][split]
-        lines += [f"### {'STS Benchmark test' if split == 'test' else 'STS-B dev'}", "",
-                  "| comparison | difference x100 | 95% interval | p (one-sided) | verdict |",
-                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
-        for name, v in section["verdicts"].items():
-            lines.append(_verdict_row(name, v))
-        for name, v in section["against_zero_shot"].items():
-            lines.append(_verdict_row(f"{name} - untrained checkpoint, same pooling", v))
-        for name, v in section["against_checkpoint_mean"].items():
-            lines.append(_verdict_row(f"{name} - untrained checkpoint, mean pooling", v))
-        lines.append("")
-    lines += [
-        "## Spearman per layer (the layer-attention paper's Figure 1, on this model)",
-        "",
-        f"![Spearman per layer]({FIGURE})",
-        "",
-        "Lines: the untrained checkpoint's parameter-free poolings at each layer; dashed: mean "
-        "pooling at each layer of each trained run's encoder (mean over seeds); "
-        "markers at the last layer: each trained objective and pooling with its own trained "
-        "pooler (mean ± sd over seeds).",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -293,10 +323,13 @@ def plot(summary: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-def write_report(study: StsStudy, reports: Path, resamples: int = RESAMPLES) -> Path:
-    """Write reports/sts/{README.md, results.json, spearman_per_layer.png}."""
+def write_report(study: StsStudy, reports: Path, rules: Rules | None = None) -> Path:
+    """Write reports/sts/{README.md, results.json, spearman_per_layer.png}; ``rules`` default
+    to sts.verdicts."""
+    from aclpipe.study.sts_markdown import render_readme
+
     runs, zero = load_runs(study)
-    summary = summarise(study, runs, zero, resamples)
+    summary = summarise(study, runs, zero, rules)
     meta = {}
     for spec in study.objectives.values():
         path = study.layout.data(spec.task) / META
@@ -304,5 +337,5 @@ def write_report(study: StsStudy, reports: Path, resamples: int = RESAMPLES) -> 
             meta[spec.task] = json.loads(path.read_text(encoding="utf-8"))
     plot(summary, reports / FIGURE)
     atomic.write_text(reports / RESULTS, json.dumps(summary, indent=2) + "\n")
-    atomic.write_text(reports / README, render_readme(study, summary, meta))
+    atomic.write_text(reports / README, render_readme(study, summary, meta, FIGURE))
     return reports / README

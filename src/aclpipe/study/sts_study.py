@@ -7,6 +7,7 @@
                    sup: {method: simcse-sup, task: sentence-pairs}}
       poolings: [cls, mean, layer-attention]
       seeds: [1, 2, 3, 4, 5]
+      verdicts: {margin: 1.0, resamples: 10000}   # the report's rules (study.verdicts)
 
 A run (``aclpipe sts run --objective unsup --pooling mean --seed 1``) trains the objective's
 method with ``model.pooling`` and ``train.seed`` set, scores the trained model on STS-B dev
@@ -34,6 +35,7 @@ from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import META, RUN_RECORD, STS, TRAINING_LOG, Layout
 from aclpipe.study.sts_eval import POOLINGS
+from aclpipe.study.verdicts import Rules, rules_from
 
 ROOT = Path(STS)
 COSINES = "cosines.npz"
@@ -53,6 +55,7 @@ class StsStudy:
     poolings: list[str]
     seeds: list[int]
     root: Path = ROOT
+    verdicts: Rules = Rules()  # the report's verdict rules (sts.verdicts)
 
     @property
     def layout(self) -> Layout:
@@ -80,11 +83,16 @@ def load_study(path: Path) -> StsStudy:
     spec = raw.pop("sts", None) if isinstance(raw, dict) else None
     if not isinstance(spec, dict):
         raise UserError(f"{path} has no sts: section (objectives, poolings, seeds)")
-    unknown = set(spec) - {"objectives", "poolings", "seeds"}
+    unknown = set(spec) - {"objectives", "poolings", "seeds", "verdicts"}
     if unknown:
         raise UserError(
-            f"unknown key sts.{sorted(unknown)[0]} in {path}: use objectives, poolings, seeds"
+            f"unknown key sts.{sorted(unknown)[0]} in {path}: use objectives, poolings, seeds, "
+            "verdicts"
         )
+    verdicts = spec.get("verdicts") or {}
+    if not isinstance(verdicts, dict) or "rule_floor" in verdicts:  # no gradient rule here
+        raise UserError(f"sts.verdicts in {path} must be {{margin: points, resamples: n}}")
+    rules = rules_from(verdicts, f"sts.verdicts in {path}")
     from aclpipe.training.knobs import check_method
 
     objectives = {}
@@ -104,7 +112,7 @@ def load_study(path: Path) -> StsStudy:
         raise UserError(f"sts.poolings has unknown {bad[0]!r}: use {', '.join(POOLINGS)}")
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise UserError(f"sts.seeds in {path} must be whole numbers, got {seeds}")
-    study = StsStudy(raw, objectives, list(poolings), list(seeds))
+    study = StsStudy(raw, objectives, list(poolings), list(seeds), verdicts=rules)
     study.params()  # the shared knobs are checked now, not at the first run
     return study
 
