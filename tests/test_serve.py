@@ -2,8 +2,8 @@
 
 The server runs the tiny exported test model with torch and transformers blocked (the onnx
 engine's server imports neither; ``test_serving.BLOCKER`` reports what was imported). The
-scheduler test needs no model and no server. All traffic goes to 127.0.0.1, bounded in count
-and seconds.
+iteration scheduler's policy grid runs in process on the same model, the micro-batcher's test
+with no model at all. All traffic goes to 127.0.0.1, bounded in count and seconds.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ from test_export import SENTENCES, trained_folders
 from test_serving import BLOCKER
 
 from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
+from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.predict import Predictor
-from aclpipe.early_exit.scheduler import MicroBatcher
+from aclpipe.early_exit.scheduler import Job, MicroBatcher
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.exits.export import export_exits
 from aclpipe.layout import EXPORT_JSON
@@ -77,26 +80,47 @@ def export_dir(task_export: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.fixture(scope="module")
-def threshold(export_dir: Path) -> float:
-    """An entropy threshold that splits the records between exits, far (in policy value) from
-    every record's entropy at the inner exits, so batching cannot flip an exit."""
+def every_exit(export_dir: Path) -> list[list[list[float]]]:
+    """Each record's logits at every exit (the PyTorch model, one record at a time): ``[C]``
+    per exit per record."""
     model = load_multi_exit(export_dir / "model").eval()
     tokenizer = load_fast_tokenizer(export_dir / "tokenizer.json", 128)
-    values = []
+    out = []
     for pair in records_to_send():
         batch = pad(encode(tokenizer, [pair]), 0)  # [1, T]
         with torch.no_grad():
             logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits
-        for row in logits[:-1, 0].tolist():  # the inner exits: [C] each
-            top = max(row)
-            exp = [math.exp(z - top) for z in row]
-            total = sum(exp)
-            values.append(math.log(total) - sum(e * (z - top) for e, z in zip(exp, row)) / total)
-    values.sort()
-    middle = values[len(values) // 5 : len(values) * 4 // 5]
+        out.append(logits[:, 0].tolist())  # [E][C]
+    return out
+
+
+def entropy(row: list[float]) -> float:
+    top = max(row)
+    exp = [math.exp(z - top) for z in row]
+    total = sum(exp)
+    return math.log(total) - sum(e * (z - top) for e, z in zip(exp, row)) / total
+
+
+def confidence(row: list[float]) -> float:
+    top = max(row)
+    return 1.0 / sum(math.exp(z - top) for z in row)
+
+
+def far_threshold(values: list[float], low: int, high: int) -> float:
+    """The middle of the widest gap between ``values`` from their ``low``-th to their
+    ``high``-th tenth: a threshold that splits them, far from every one of them."""
+    values = sorted(values)
+    middle = values[len(values) * low // 10 : len(values) * high // 10]
     gap, at = max((b - a, (a + b) / 2) for a, b in zip(middle, middle[1:]))
     assert gap > 1e-5, gap
     return at
+
+
+@pytest.fixture(scope="module")
+def threshold(every_exit: list[list[list[float]]]) -> float:
+    """An entropy threshold that splits the records between exits, far (in policy value) from
+    every record's entropy at the inner exits, so batching cannot flip an exit."""
+    return far_threshold([entropy(row) for rows in every_exit for row in rows[:-1]], 2, 8)
 
 
 def expected_answers(export_dir: Path, threshold: float) -> dict:
@@ -110,10 +134,10 @@ def expected_answers(export_dir: Path, threshold: float) -> dict:
 class Server:
     """``aclpipe serve`` in a child process with torch and transformers blocked."""
 
-    def __init__(self, export_dir: Path, *options: str) -> None:
+    def __init__(self, export_dir: Path, *options: str, script: str = BLOCKER) -> None:
         args = ["serve", "--model", str(export_dir), "--port", "0", *options]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-c", BLOCKER, *args], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         line = self._stderr_line(timeout=120)
         found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
@@ -278,18 +302,45 @@ def test_overload_gets_503_with_retry_after_then_normal_service(
     server.stop()
 
 
+# The iteration scheduler waits for nothing: to have requests in flight when SIGTERM comes, the
+# server's worker spends 1.5 s more on its first segment (the warm-up, in the main thread, not).
+HOLD_FIRST_SEGMENT = """
+import threading, time
+from aclpipe.early_exit.iteration import SegmentAdapter
+step, held = SegmentAdapter.step, []
+def holding(self, cohort):
+    if threading.current_thread() is not threading.main_thread() and not held:
+        held.append(True)
+        time.sleep(1.5)
+    return step(self, cohort)
+SegmentAdapter.step = holding
+"""
+ENTRY = "from aclpipe.cli import app"
+HELD_BLOCKER = BLOCKER.replace(ENTRY, HOLD_FIRST_SEGMENT + ENTRY, 1)
+
+
 @pytest.mark.slow
-def test_sigterm_answers_what_is_in_flight_and_exits_0(export_dir: Path, threshold: float):
-    """Requests waiting for their batch (max wait 1.5 s) when SIGTERM arrives are answered;
-    the port stops accepting at once; the process exits 0."""
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_sigterm_answers_what_is_in_flight_and_exits_0(
+    export_dir: Path, threshold: float, scheduler: str
+) -> None:
+    """Requests in flight when SIGTERM arrives are answered (batch: waiting for their batch,
+    max wait 1.5 s; iteration: in or behind a first segment held 1.5 s); the port stops
+    accepting at once; the process exits 0."""
+    assert HELD_BLOCKER != BLOCKER
     expected = expected_answers(export_dir, threshold)
     pairs = [p for p in expected if p[1] is None][:6]
-    server = Server(export_dir, "--policy", "entropy", "--threshold", repr(threshold),
-                    "--max-batch", "64", "--max-wait-ms", "1500")  # fmt: skip
+    options = ["--policy", "entropy", "--threshold", repr(threshold), "--max-batch", "64"]
+    if scheduler == "batch":
+        server = Server(export_dir, *options, "--max-wait-ms", "1500")
+    else:
+        server = Server(export_dir, *options, "--scheduler", "iteration", script=HELD_BLOCKER)
     conns = [server.connection() for _ in pairs]
     for conn, (a, _) in zip(conns, pairs):
         conn.request("POST", "/predict", body=json.dumps({"text": a}).encode())
-    time.sleep(0.5)  # admitted, waiting for the batch to fill
+    time.sleep(0.5)  # admitted, waiting for the batch to fill or the held segment to end
+    answered, _, _ = select.select([conn.sock for conn in conns], [], [], 0)
+    assert answered == []  # every request is still in flight
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     with pytest.raises(ConnectionRefusedError):
@@ -301,6 +352,56 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(export_dir: Path, thresho
     out, err = server.proc.communicate(timeout=60)
     assert server.proc.returncode == 0, err.decode()
     assert json.loads(out.decode().strip().splitlines()[-1]) == []
+
+
+def policy_grid(every_exit: list[list[list[float]]]) -> list[tuple[str, float | None]]:
+    """Every policy at two thresholds, each far from every record's policy value at the inner
+    exits (patience: 1 and 2 agreements), and none."""
+    inner = [row for rows in every_exit for row in rows[:-1]]
+    grid: list[tuple[str, float | None]] = [(NO_EXIT, None), ("patience", 1), ("patience", 2)]
+    for policy, value in (("entropy", entropy), ("confidence", confidence)):
+        values = [value(row) for row in inner]
+        grid += [(policy, far_threshold(values, 2, 5)), (policy, far_threshold(values, 5, 8))]
+    return grid
+
+
+@pytest.mark.slow
+def test_iteration_answers_as_predict_under_every_policy(
+    export_dir: Path, every_exit: list[list[list[float]]]
+) -> None:
+    """Under every policy and two thresholds each: the iteration scheduler's answers, for the
+    records in one padded cohort of mixed lengths and for them sent as jobs of 1-3 records
+    (cohorts at several depths at once), are predict's (labels, exit layers, texts;
+    probabilities within 1e-4)."""
+    pairs = records_to_send()
+    assert len({len(a.split()) for a, _ in pairs}) > 5  # mixed lengths: the cohorts are padded
+    tops = [sorted(row)[-2:] for rows in every_exit for row in rows[:-1]]
+    assert min(b - a for a, b in tops) > 1e-5  # no argmax may flip between batches (patience)
+    lines = [json.dumps({"text": a} if b is None else {"text_a": a, "text_b": b}) for a, b in pairs]
+    rng, split = random.Random(0), 0
+    for policy, threshold in policy_grid(every_exit):
+        predictor = Predictor(export_dir, policy, threshold, "onnx", batch_size=16)
+        expected = list(predictor.records(lines, "jsonl"))
+        adapter = SegmentAdapter(predictor, OnnxEarlyExit(export_dir, policy, threshold))
+        job = Job(pairs)
+        cohort, got = adapter.start([(job, i) for i in range(len(pairs))], pairs), {}
+        while cohort.owners:
+            got.update({index: record for (_, index), record in adapter.step(cohort)})
+        sizes = []
+        while sum(sizes) < len(pairs):
+            sizes.append(min(rng.choice([1, 2, 3]), len(pairs) - sum(sizes)))
+        scheduler = IterationScheduler(adapter, max_batch=8, max_queue=len(pairs))
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        futures = [scheduler.submit(pairs[a : a + n]) for a, n in zip(starts, sizes)]
+        scheduled = [record for future in futures for record in future.result(30)]
+        scheduler.close(30)
+        setting = (policy, threshold)
+        assert sorted(got) == list(range(len(pairs))), setting
+        for want, one, other in zip(expected, [got[i] for i in range(len(pairs))], scheduled):
+            check_answer(one, want)
+            check_answer(other, want)
+        split += len({r["exit_layer"] for r in expected}) > 1
+    assert split >= 4  # the grid is informative: most settings split the records between exits
 
 
 def _break(folder: Path, how: str) -> None:

@@ -7,6 +7,10 @@ and fewer padding columns. After each exit but the last, ``policies.step`` decid
 sample who leaves; their logits and exit are recorded in their original positions, they leave
 the batch, and padding columns only they needed are trimmed (batches are right-padded).
 
+The two steps every exit takes, ``decide`` (who leaves) and ``keep_running`` (the rest go on,
+trimmed), are public: the iteration scheduler (``early_exit.iteration``) runs them per cohort,
+so it decides and trims exactly as this loop does.
+
 The arrays are the engine's own (torch tensors or NumPy arrays). Indexing, ``~`` and
 assignment through an index read the same in both; the four operations spelled differently
 come in an ``ArrayOps`` (``NUMPY_OPS`` here, ``TORCH_OPS`` in ``runtime``). This module
@@ -69,6 +73,37 @@ class ExitPass(Protocol):
         ...
 
 
+def decide(
+    k: int,
+    last_exit: int,
+    logits: Array,  # [b, C], the running rows' logits at exit k
+    seen: list[list[list[float]]],  # per running row, its policy window (policies.step)
+    policy: str,
+    threshold: float | None,
+    window: int,
+    regression: bool,
+    eps: float,
+) -> tuple[list[list[list[float]]], list[bool]]:
+    """Who of the running rows leaves at exit ``k`` (0-based), and their windows with this
+    exit's logits: at the last exit everyone; under ``NO_EXIT`` nobody before it (windows
+    unread, left as they are); otherwise ``policies.step`` over one ``tolist()``."""
+    if k == last_exit:
+        return seen, [True] * len(logits)
+    if policy == NO_EXIT:
+        return seen, [False] * len(logits)
+    # one tolist() and plain Python: see aclpipe.early_exit.policies
+    return step(policy, threshold, seen, logits.tolist(), window, regression, eps)
+
+
+def keep_running(run: ExitPass, stay: Array) -> None:
+    """``run`` goes on with rows ``stay`` (a boolean index ``[b]``, at least one True) only,
+    its mask cut to the longest of them: the later columns are padding that only the rows
+    leaving needed (batches are right-padded)."""
+    mask = run.mask[stay]  # [b', T]
+    longest = int(mask.sum(1).max())
+    run.keep(stay, mask[:, :longest])
+
+
 def run_exits(
     run: ExitPass,
     ops: ArrayOps,
@@ -89,15 +124,12 @@ def run_exits(
     # `window` exits' logits (patience t reads t + 1 of them, the others the newest one)
     for k in range(last_exit + 1):
         logits = run.logits(k)  # [b, C]
-        if k < last_exit:
-            if policy == NO_EXIT:
-                continue
-            # one tolist() and plain Python: see aclpipe.early_exit.policies
-            seen, decided = step(policy, threshold, seen, logits.tolist(), window, regression, eps)
-            leaving = sum(decided)
-            if leaving == 0:
-                continue
-        if k == last_exit or leaving == len(decided):  # everyone still running leaves
+        seen, decided = decide(k, last_exit, logits, seen, policy, threshold, window,
+                               regression, eps)  # fmt: skip
+        leaving = sum(decided)
+        if leaving == 0:
+            continue
+        if leaving == len(decided):  # everyone still running leaves (always at the last exit)
             if active is None:  # nobody left earlier: this exit's logits are the answer
                 out_index = ops.full(batch, k)
                 return EarlyExitResult(logits, out_index, exit_layers[out_index])
@@ -109,8 +141,7 @@ def run_exits(
         leave = ops.flags(decided)
         out_logits[active[leave]], out_index[active[leave]] = logits[leave], k
         stay = ~leave
-        active, mask = active[stay], run.mask[stay]
-        longest = int(mask.sum(1).max())  # trim padding only finished samples needed
-        run.keep(stay, mask[:, :longest])
+        active = active[stay]
+        keep_running(run, stay)
         seen = [w for w, gone in zip(seen, decided) if not gone]
     return EarlyExitResult(out_logits, out_index, exit_layers[out_index])

@@ -4,16 +4,19 @@ As LLM servers schedule tokens, this schedules segments: the running set is a li
 cohorts, each a batch of records at the same depth (the next segment to run). One iteration
 starts a new cohort from the requests waiting (up to ``max_batch`` records running in all),
 then runs one segment for every cohort, oldest first. After each segment the exit policy
-decides per record (``policies.step``, as both engines do); a record that leaves is answered
+decides per record (``core.decide``, as both engines do); a record that leaves is answered
 at once, its job's answer sent as soon as its last record is done, and it frees its place for
 the requests waiting, which join at the next iteration. So an easy record answers after its
 first segments, whatever the rest of the traffic, and a request waits at most one iteration to
 start. Cohorts at different depths run different segments, so they cannot share an engine
 call: an iteration makes one call per live depth.
 
-The engine is reached through ``SegmentAdapter`` alone: the ONNX runtime's graphs
-(``OnnxEarlyExit``: its embeddings and segment sessions, policy, window) and predict's
-``Predictor`` for tokenizing and the output records, so the answers are predict's.
+The engine is reached through ``SegmentAdapter`` alone: the ONNX runtime's public steps
+(``OnnxEarlyExit.start`` embeds a padded batch into a ``SegmentPass``, whose ``logits(k)`` runs
+segment ``k``), the early-exit core's per-exit steps (``core.decide`` who leaves,
+``core.keep_running`` for the rest, trimmed), the same ones ``core.run_exits`` takes, and
+predict's ``Predictor`` for tokenizing and the output records (``Predictor.answers``), so the
+answers are predict's.
 """
 
 from __future__ import annotations
@@ -25,16 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aclpipe.early_exit.policies import NO_EXIT, step
-from aclpipe.early_exit.predict import _softmax
+from aclpipe.early_exit.core import decide, keep_running
+from aclpipe.early_exit.onnx_runtime import SegmentPass
 from aclpipe.early_exit.scheduler import Job, JobQueue, Pair
 from aclpipe.early_exit.tokens import encode, pad
 
 
 @dataclass
 class Cohort:
-    states: np.ndarray  # [S, b, T, H]
-    mask: np.ndarray  # [b, T] int64
+    run: SegmentPass  # the rows still running: states [S, b, T, H], mask [b, T]
     seen: list  # per row: its policy window (the logits of its newest exits)
     owners: list  # per row: (job, index of the record in the job)
     depth: int = 0  # the next segment to run
@@ -50,44 +52,28 @@ class SegmentAdapter:
 
     def start(self, owners: list, pairs: list[Pair]) -> Cohort:
         arrays = pad(encode(self.predictor.tokenizer, pairs), self.predictor.pad_id)  # [b, T]
-        feed = {name: arrays[name] for name in self.runtime.inputs}
-        (states,) = self.runtime.embeddings.run(None, feed)  # [S, b, T, H]
-        return Cohort(states, arrays["attention_mask"], [[] for _ in pairs], owners)
+        return Cohort(self.runtime.start(arrays), [[] for _ in pairs], owners)
 
     def step(self, cohort: Cohort) -> list[tuple[tuple, dict]]:
         """Run the cohort's next segment; ``(owner, record)`` for every row that leaves (the
-        cohort keeps the others, its padding trimmed as the runtime trims it)."""
+        cohort keeps the others, its padding trimmed as ``core.run_exits`` trims it)."""
         rt, k = self.runtime, cohort.depth
-        feed = {"states": cohort.states, "attention_mask": cohort.mask}
-        states, logits = rt.segments[k].run(None, feed)  # [S, b, T, H], [b, C]
-        if k == len(rt.segments) - 1:
-            leave = [True] * len(cohort.owners)
-        elif rt.policy == NO_EXIT:
-            leave = [False] * len(cohort.owners)
-        else:
-            cohort.seen, leave = step(rt.policy, rt.threshold, cohort.seen, logits.tolist(),
-                                      rt.window, rt.regression, rt.eps)  # fmt: skip
-        done = []
-        if any(leave):
-            gone = np.array(leave)
-            rows = logits[gone]  # [l, C]
-            probs = _softmax(rows.astype(np.float32))
-            owners = [o for o, out in zip(cohort.owners, leave) if out]
-            for owner, row, prob in zip(owners, rows.tolist(), probs.tolist()):
-                record = self.predictor._record(row, prob, self.exits[k])
-                job, index = owner
-                record["text"] = "\t".join(t for t in job.pairs[index] if t is not None)
-                done.append((owner, record))
-            stay = ~gone
-            cohort.owners = [o for o, out in zip(cohort.owners, leave) if not out]
-            cohort.seen = [w for w, out in zip(cohort.seen, leave) if not out]
-            if cohort.owners:
-                mask = cohort.mask[stay]
-                longest = int(mask.sum(axis=1).max())
-                cohort.mask = np.ascontiguousarray(mask[:, :longest])
-                states = np.ascontiguousarray(states[:, stay, :longest])
-        cohort.states, cohort.depth = states, k + 1
-        return done
+        logits = cohort.run.logits(k)  # [b, C]
+        cohort.seen, leave = decide(k, len(self.exits) - 1, logits, cohort.seen, rt.policy,
+                                    rt.threshold, rt.window, rt.regression, rt.eps)  # fmt: skip
+        cohort.depth = k + 1
+        if not any(leave):
+            return []
+        gone = np.array(leave)  # [b]
+        leaving = [o for o, out in zip(cohort.owners, leave) if out]
+        records = self.predictor.answers(logits[gone], [self.exits[k]] * len(leaving))
+        for (job, index), record in zip(leaving, records):
+            record["text"] = "\t".join(t for t in job.pairs[index] if t is not None)
+        cohort.owners = [o for o, out in zip(cohort.owners, leave) if not out]
+        cohort.seen = [w for w, out in zip(cohort.seen, leave) if not out]
+        if cohort.owners:
+            keep_running(cohort.run, ~gone)
+        return list(zip(leaving, records))
 
 
 class IterationScheduler(JobQueue):

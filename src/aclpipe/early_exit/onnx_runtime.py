@@ -173,32 +173,48 @@ class OnnxEarlyExit:
         other._use(policy, threshold)
         return other
 
+    def embed(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """``h_0`` ``[S, B, T, H]`` of a padded batch (``tokens.pad``'s ``input_ids``,
+        ``attention_mask`` and, when the graph reads it, ``token_type_ids``, ``[B, T]`` int64)."""
+        (states,) = self.embeddings.run(None, {name: arrays[name] for name in self.inputs})
+        return states
+
+    def segment(
+        self, k: int, states: np.ndarray, mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Segment ``k``: the layers up to exit ``k`` (0-based) and its head over ``states``
+        ``[S, b, T, H]`` and ``mask`` ``[b, T]``; the new states ``[S, b, T, H]`` and the
+        logits ``[b, C]``."""
+        return self.segments[k].run(None, {"states": states, "attention_mask": mask})
+
+    def start(self, arrays: dict[str, np.ndarray]) -> SegmentPass:
+        """A padded batch (as ``embed`` reads it), embedded and ready for segment 0."""
+        return SegmentPass(self, self.embed(arrays), arrays["attention_mask"])
+
     def __call__(
         self,
         input_ids: np.ndarray,
         attention_mask: np.ndarray,
         token_type_ids: np.ndarray | None = None,
     ) -> EarlyExitResult:
-        arrays = {"input_ids": input_ids, "attention_mask": attention_mask}
+        arrays = {"input_ids": input_ids, "attention_mask": attention_mask}  # [B, T] int64 each
         if token_type_ids is not None:
             arrays["token_type_ids"] = token_type_ids
-        feed = {name: arrays[name] for name in self.inputs}  # [B, T] int64 each
-        (states,) = self.embeddings.run(None, feed)  # [S, B, T, H]
-        run = _SegmentPass(self.segments, states, attention_mask)
-        return run_exits(run, NUMPY_OPS, self.exit_layers, self.policy, self.threshold,
-                         self.window, self.regression, self.eps)  # fmt: skip
+        return run_exits(self.start(arrays), NUMPY_OPS, self.exit_layers, self.policy,
+                         self.threshold, self.window, self.regression, self.eps)  # fmt: skip
 
 
-class _SegmentPass:
-    """One batch through the chained segments (``core.ExitPass``)."""
+class SegmentPass:
+    """One batch through the chained segments (``core.ExitPass``); the iteration scheduler
+    keeps one per cohort."""
 
-    def __init__(self, segments: list, states: np.ndarray, mask: np.ndarray) -> None:
-        self.segments, self.states, self.mask = segments, states, mask
+    def __init__(self, runtime: OnnxEarlyExit, states: np.ndarray, mask: np.ndarray) -> None:
+        self.runtime = runtime
+        self.states, self.mask = states, mask  # [S, b, T, H], [b, T]
 
     def logits(self, k: int) -> np.ndarray:
-        feed = {"states": self.states, "attention_mask": self.mask}
-        self.states, logits = self.segments[k].run(None, feed)  # [S, b, T, H], [b, C]
-        return logits
+        self.states, logits = self.runtime.segment(k, self.states, self.mask)
+        return logits  # [b, C]
 
     def keep(self, stay: np.ndarray, mask: np.ndarray) -> None:
         self.mask = np.ascontiguousarray(mask)

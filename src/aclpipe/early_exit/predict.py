@@ -58,7 +58,14 @@ from aclpipe.layout import (
 ENGINES = ("onnx", "torch")
 CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
 
-__all__ = ["Predictor", "predict_file", "predict_lines", "read_lines", "write_jsonl"]
+__all__ = [
+    "Predictor",
+    "predict_file",
+    "predict_lines",
+    "probabilities",
+    "read_lines",
+    "write_jsonl",
+]
 
 
 def saved_task(model_dir: Path) -> dict | None:
@@ -225,11 +232,8 @@ class Predictor:
             began = time.perf_counter()
             logits, layers = self.run(arrays)  # [b, C], [b]
             self.seconds += time.perf_counter() - began
-            probs = _softmax(logits.astype(np.float32))  # [b, C]; unused for regression
-            for j, row_logits, row_probs, layer in zip(
-                picked, logits.tolist(), probs.tolist(), layers.tolist()
-            ):
-                answers[todo[j]] = self._record(row_logits, row_probs, int(layer))
+            for j, answer in zip(picked, self.answers(logits, layers.tolist())):
+                answers[todo[j]] = answer
         for i, (text, pair) in enumerate(chunk):
             if pair is None:
                 yield _blank_record(text, self.names)
@@ -238,7 +242,19 @@ class Predictor:
                 self.layers.append(answers[i]["exit_layer"])
                 yield {**answers[i], "text": text}
 
-    def _record(self, logits: list[float], probs: list[float], layer: int) -> dict:
+    def answers(self, logits: np.ndarray, layers: list[int]) -> list[dict]:
+        """The output records, without ``text``, of rows whose logits ``[b, C]`` were taken at
+        exit layers ``layers`` (``[b]``); ``predict`` and the iteration scheduler both answer
+        through it."""
+        probs = probabilities(logits.astype(np.float32))  # [b, C]; unused for regression
+        return [
+            self.record(row_logits, row_probs, int(layer))
+            for row_logits, row_probs, layer in zip(logits.tolist(), probs.tolist(), layers)
+        ]
+
+    def record(self, logits: list[float], probs: list[float], layer: int) -> dict:
+        """One row's output record, without ``text`` (module docstring): its logits ``[C]``,
+        their ``probabilities`` ``[C]`` and its exit layer."""
         if self.regression:
             return {"label": float(logits[0]), "probability": None, "exit_layer": layer}
         label = probs.index(max(probs))
@@ -325,7 +341,7 @@ def predict_lines(
     return predictor.records(lines, fmt)
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def probabilities(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax in float32 (as torch's on the model's float32 logits)."""
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)

@@ -81,12 +81,10 @@ def chain_logits(runtime, rows: list[dict], pad_id: int, batch_size: int) -> np.
     def forward(group: list[dict]) -> np.ndarray:
         group = [{"token_type_ids": [0] * len(r["input_ids"]), **r} for r in group]
         arrays = pad(group, pad_id)
-        (states,) = runtime.embeddings.run(None, {n: arrays[n] for n in runtime.inputs})
+        states = runtime.embed(arrays)
         per_exit = []
-        for segment in runtime.segments:
-            states, logits = segment.run(
-                None, {"states": states, "attention_mask": arrays["attention_mask"]}
-            )
+        for k in range(len(runtime.segments)):
+            states, logits = runtime.segment(k, states, arrays["attention_mask"])
             per_exit.append(logits)
         return np.stack(per_exit)  # [E, b, C]
 
