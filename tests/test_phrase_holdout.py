@@ -97,6 +97,31 @@ def test_prepare_reads_data_holdout(tmp_path: Path, params_dict, make_params) ->
     assert json.loads((tmp_path / "out2" / "meta.json").read_text()) == meta
 
 
+def test_phrase_family_leaves_tasks_without_phrase_rows_split_by_example(
+    tmp_path: Path, make_params
+) -> None:
+    """MRPC's rows are sentence pairs, not phrases: data.holdout: phrase-family keeps its
+    stratified example split, byte for byte, and its meta.json says nothing of families."""
+    from aclpipe.data.tasks import get_task
+    from aclpipe.stages.prepare import prepare
+
+    glue = tmp_path / "glue" / "MRPC"
+    glue.mkdir(parents=True)
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+    rows = [f"{i % 2}\t{i}\t{i + 100}\t{t}\t{t} again" for i, t in enumerate(ROWS * 2)]
+    (glue / "train.tsv").write_text("\n".join([header, *rows]) + "\n")
+    (glue / "dev.tsv").write_text("\n".join([header, *rows[:4]]) + "\n")
+    outs = {}
+    for holdout in ("examples", "phrase-family"):
+        params = make_params(data={"glue_dir": str(tmp_path / "glue"), "validation_fraction": 0.3,
+                                   "holdout": holdout})  # fmt: skip
+        meta = prepare(get_task("mrpc"), params.data, params.model.name, tmp_path / holdout,
+                       tmp_path / "glue")  # fmt: skip
+        assert "holdout" not in meta and meta["splits"]["validation"]["examples"] > 0
+        outs[holdout] = (tmp_path / holdout / "validation.jsonl").read_bytes()
+    assert outs["examples"] == outs["phrase-family"]
+
+
 def test_leak_free_rows_of_a_recorded_split() -> None:
     from aclpipe.study.leak_free import leak_free_rows
 

@@ -36,7 +36,8 @@ class DataConfig:
     # the draw's seed; a few-shot study sets it to train.seed (a draw is one seed)
     fewshot_seed: int = 1
     # how the validation split is drawn: examples (one by one, stratified by label) |
-    # phrase-family (whole phrase families, for phrase rows such as SST-2's: data/phrase_holdout.py)
+    # phrase-family (whole phrase families: data/phrase_holdout.py) for the tasks whose rows are
+    # phrases (stages/prepare.py PHRASE_ROW_TASKS: SST-2); every other task keeps examples
     holdout: Literal["examples", "phrase-family"] = "examples"
 
     # range checks, beside the defaults (aclpipe.checks; config.py calls them per key)

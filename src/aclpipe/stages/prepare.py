@@ -22,6 +22,11 @@ from aclpipe.data.tasks import Task
 from aclpipe.layout import META, VALIDATION, split_file
 from aclpipe.modeling.backbone import load_tokenizer
 
+# Tasks whose training rows are phrases of parse trees (SST-2: every phrase of ~6.9k sentences),
+# the only ones data.holdout: phrase-family splits by family; sentence and pair tasks (MRPC,
+# RTE) have one row per example, so they keep the stratified example split.
+PHRASE_ROW_TASKS = frozenset({"sst2"})
+
 
 def resolve_glue_dir(data: DataConfig, cli_glue_dir: Path | None) -> Path | None:
     """--glue-dir, then the GLUE_DIR environment variable, then data.glue_dir."""
@@ -118,7 +123,7 @@ def prepare(
         meta["validation_fraction"] = data.validation_fraction
     examples = read("train")
     carve = carve_validation
-    if data.holdout == "phrase-family":  # SST-2's phrase rows: no family on both sides
+    if data.holdout == "phrase-family" and task.name in PHRASE_ROW_TASKS:  # no family on both sides
         meta["holdout"] = data.holdout
         carve = lambda task, rows, fraction, seed: carve_by_family(rows, fraction, seed)  # noqa: E731
     train, validation = carve(task, examples, data.validation_fraction, data.seed)
