@@ -478,7 +478,9 @@ def test_a_record_of_the_wrong_kind_is_refused_as_predict_refuses_it(task_export
             status, _, raw = post(conn, json.dumps(body).encode())
             answer = json.loads(raw)
             assert status == 422 and answer["kind"] == "wrong_texts", raw
-            assert answer["error"].startswith(f"{where} holds two texts, but this model (sst2)")
+            assert answer["error"] == (
+                f'{where} holds two texts, but this model (sst2) reads one: send {{"text": "..."}}'
+            )
             assert b"\n" not in raw.strip()
         status, _, raw = post(conn, json.dumps({"text": "good ."}).encode())
         assert status == 200 and json.loads(raw)["exit_layer"] is not None
