@@ -136,21 +136,31 @@ def records(
         yield record
 
 
-def check_pair(pair: tuple[str, str | None], texts: int, task: str | None, where: str) -> None:
-    """A one-line error unless ``pair`` holds as many texts as the model of ``task`` reads
-    (``texts``: 1, or 2 for sentence pairs)."""
+def texts_mismatch(
+    pair: tuple[str, str | None], texts: int, task: str | None, where: str
+) -> str | None:
+    """None when ``pair`` holds as many texts as the model of ``task`` reads (``texts``: 1, or
+    2 for sentence pairs), else what is wrong, the start of the error line (predict and serve
+    each add the fix their users can make)."""
     given = 1 if pair[1] is None else 2
     if given == texts:
+        return None
+    held, reads = ("two texts", "one") if given == 2 else ("one text", "sentence pairs")
+    return f"{where} holds {held}, but this model ({task}) reads {reads}"
+
+
+def check_pair(pair: tuple[str, str | None], texts: int, task: str | None, where: str) -> None:
+    """A one-line error unless ``pair`` holds as many texts as the model of ``task`` reads."""
+    wrong = texts_mismatch(pair, texts, task, where)
+    if wrong is None:
         return
-    if given == 2:
+    if texts == 1:
         raise UserError(
-            f"{where} holds two texts, but this model ({task}) reads one: send one text per "
-            "record, or give a model of a sentence-pair task"
+            f"{wrong}: send one text per record, or give a model of a sentence-pair task"
         )
     raise UserError(
-        f"{where} holds one text, but this model ({task}) reads sentence pairs: send "
-        '{"text_a": ..., "text_b": ...} (or two tab-separated texts), or give a model of a '
-        "one-text task"
+        f'{wrong}: send {{"text_a": ..., "text_b": ...}} (or two tab-separated texts), or give a '
+        "model of a one-text task"
     )
 
 

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aclpipe.early_exit.inputs import texts_mismatch
 from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
 from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.scheduler import Job, MicroBatcher, Pair, PredictorAdapter
@@ -93,16 +94,12 @@ def parse_records(
             f"{len(items)} records in one request, at most {max_records}: split the list",
         )  # fmt: skip
     pairs = [_pair(item, i) for i, item in enumerate(items)]
-    for i, (_, b) in enumerate(pairs):
-        given = 1 if b is None else 2
-        if texts is not None and given != texts:  # predict refuses the same (inputs.check_pair)
-            where = f"record {i}" if i else "the record"
-            held, reads = ("two texts", "one") if given == 2 else ("one text", "sentence pairs")
+    for i, pair in enumerate(pairs):
+        where = f"record {i}" if i else "the record"
+        wrong = texts_mismatch(pair, texts, task, where) if texts is not None else None
+        if wrong is not None:  # predict refuses the same records (inputs.check_pair)
             send = '{"text": "..."}' if texts == 1 else '{"text_a": "...", "text_b": "..."}'
-            raise BadRequest(
-                422, "wrong_texts",
-                f"{where} holds {held}, but this model ({task}) reads {reads}: send {send}",
-            )  # fmt: skip
+            raise BadRequest(422, "wrong_texts", f"{wrong}: send {send}")
     return pairs, single
 
 
