@@ -197,6 +197,26 @@ def test_grid_configurations_and_their_overrides(tmp_path: Path, params_dict) ->
         campaign.tune_params("sst2", "lr9", 3)
 
 
+def test_extend_adds_configurations_to_one_task_only(tmp_path: Path, params_dict) -> None:
+    extend = {"mrpc": [{"train.lr": [1e-3], "train.epochs": [2, 3]}]}  # lr0.001_ep2: shared
+    path = write_spec(
+        tmp_path,
+        params_dict(None),
+        tasks=["sst2", "mrpc"],
+        tune={"method": "ce", "seeds": [3], "grid": GRID, "extend": extend},
+    )
+    campaign = load_campaign(path)
+    shared = ["lr0.001_ep1", "lr0.01_ep1", "lr0.001_ep2"]
+    assert list(campaign.tuning.configs_for("sst2")) == shared
+    assert list(campaign.tuning.configs_for("mrpc")) == [*shared, "lr0.001_ep3"]
+    assert campaign.tune_params("mrpc", "lr0.001_ep3", 3).train.epochs == 3
+    with pytest.raises(UserError, match="unknown configuration 'lr0.001_ep3'.*sst2"):
+        campaign.tune_params("sst2", "lr0.001_ep3", 3)
+    jobs = pending_tuning(campaign)
+    assert ("mrpc", "lr0.001_ep3", 3) in jobs and ("sst2", "lr0.001_ep3", 3) not in jobs
+    assert len(jobs) == 7
+
+
 @pytest.mark.parametrize(
     ("tune", "message"),
     [
@@ -205,7 +225,10 @@ def test_grid_configurations_and_their_overrides(tmp_path: Path, params_dict) ->
         ({"grid": "lr"}, "grid must map"),
         ({"method": "nope", "grid": {"train.lr": [1e-3]}}, "method 'nope' is unknown"),
         ({"grid": {"train.lr": [-1.0]}}, "train.lr must be > 0"),
-        ({"grid": {"train.lr": [1e-3]}, "extra": 1}, "takes method, seeds and grid"),
+        ({"grid": {"train.lr": [1e-3]}, "extra": 1}, "takes method, seeds, grid and extend"),
+        ({"grid": {"train.lr": [1e-3]}, "extend": {"rte": {"train.lr": [1.0]}}}, "extend must map"),
+        ({"grid": {"train.lr": [1e-3]}, "extend": {"sst2": {"lr": [1.0]}}}, "extend.sst2: key 'lr'"),
+        ({"grid": {"train.lr": [1e-3]}, "extend": {"sst2": {"train.lr": [-1.0]}}}, "train.lr must be > 0"),
     ],
 )
 def test_bad_grids_fail_in_one_line(tmp_path: Path, params_dict, tune, message) -> None:
@@ -336,6 +359,38 @@ def test_the_pick_is_tested_against_the_runner_up(tmp_path: Path, params_dict) -
     text = markdown(summary)
     assert "The pick against the runner-up (lr0.01_ep1) on validation: +5.00 [" in text
     assert "one tuning seed" in text
+
+
+def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
+    tmp_path: Path, params_dict
+) -> None:
+    """An extended grid can pick another recipe than the one the campaign's runs use: the
+    report names both and compares them, besides the runner-up."""
+    from aclpipe.study.tuning import applied, markdown
+
+    grid = [{"train.lr": [1e-3, 1e-2, 1e-1], "train.epochs": [1]}]
+    path = write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
+                      task_settings={"sst2": {"train": {"lr": 1e-1, "epochs": 1}}})  # fmt: skip
+    campaign = load_campaign(path)
+    n = 50
+    labels = np.arange(n) % 2
+    pick = np.arange(n) < 45  # 90%
+    write_tune_run(campaign, "lr0.001_ep1", 1, pick, labels)
+    write_tune_run(campaign, "lr0.01_ep1", 1, np.arange(n) < 44, labels)  # runner-up, 88%
+    write_tune_run(campaign, "lr0.1_ep1", 1, np.arange(n) < 30, labels)  # in use, 60%
+    summary = summarise(campaign, "sst2")
+    assert not applied(summary) and summary["margin"]["runner_up"] == "lr0.01_ep1"
+    found = summary["against_in_use"]
+    assert found["runner_up"] == "lr0.1_ep1" and found["difference"] == pytest.approx(15 / n)
+    assert found["verdict"] == "better"
+    text = markdown(summary)
+    assert "is not the pick: set it to `{lr: 0.001, epochs: 1}`" in text
+    assert "the campaign's runs use (lr0.1_ep1) on validation: +30.00 [" in text
+    # the runner-up in use: one comparison, not the same one twice
+    write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
+               task_settings={"sst2": {"train": {"lr": 1e-2, "epochs": 1}}})  # fmt: skip
+    text = markdown(summarise(load_campaign(path), "sst2"))
+    assert text.count("The pick against") == 1
 
 
 def test_a_tie_on_validation_is_no_detectable_difference(tmp_path: Path, params_dict) -> None:

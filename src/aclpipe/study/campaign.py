@@ -24,6 +24,9 @@
         grid:                            # a mapping of lists (every combination), or a
           train.lr: [2.0e-5, 5.0e-5]     # list of such mappings (their union)
           train.epochs: [3, 5]
+        extend:                          # per task, configurations tried on it alone (the
+          mrpc:                          # same form as grid): a grid past the shared edge
+            {train.lr: [5.0e-5], train.epochs: [8]}
 
 A few-shot study (``fewshot/params.yaml``) is a campaign with two more keys::
 
@@ -101,6 +104,11 @@ class Tuning:
     method: str
     seeds: list[int]
     configs: dict[str, dict[str, Any]]  # a configuration's name -> {"train.lr": 5e-05, ...}
+    extend: dict[str, dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def configs_for(self, task: str) -> dict[str, dict[str, Any]]:
+        """The shared grid's configurations, then those ``extend`` adds for ``task``."""
+        return {**self.configs, **self.extend.get(task, {})}
 
 
 @dataclass
@@ -236,10 +244,11 @@ class Campaign:
         tuning = self.tuning
         if tuning is None:
             raise UserError(f"{self.path} has no campaign.tune section: add one (method, seeds, grid)")
-        if config not in tuning.configs:
+        configs = tuning.configs_for(task)
+        if config not in configs:
             raise UserError(
-                f"unknown configuration {config!r}: campaign.tune.grid gives "
-                f"{', '.join(tuning.configs)}"
+                f"unknown configuration {config!r}: campaign.tune gives {task} "
+                f"{', '.join(configs)}"
             )
         self.overrides(task)  # a one-line error for a task outside the campaign
         out = [
@@ -248,7 +257,7 @@ class Campaign:
             if section != "train"
             for key, value in knobs.items()
         ]
-        out += [f"{key}={_yaml_value(value)}" for key, value in tuning.configs[config].items()]
+        out += [f"{key}={_yaml_value(value)}" for key, value in configs[config].items()]
         return out + [f"train.seed={seed}"]
 
     def tune_params(self, task: str, config: str, seed: int) -> Params:
@@ -319,7 +328,7 @@ def load_campaign(path: Path) -> Campaign:
                     f"campaign.task_settings.{task}.{section}: only data, train, evaluate "
                     "and model can differ per task"
                 )
-    tuning = _tuning(spec["tune"], path) if spec.get("tune") is not None else None
+    tuning = _tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
     fewshot, fewshot_settings = _fewshot(spec, path)
     fewshot_runs = {f"{run}-n{n}": (run, n) for n in fewshot for run in runs}
     campaign = Campaign(
@@ -332,7 +341,7 @@ def load_campaign(path: Path) -> Campaign:
         for run in campaign.runs:
             if task in campaign.tasks_for(run):
                 campaign.params(task, run, campaign.seeds_for(run)[0])
-        for config in tuning.configs if tuning else []:
+        for config in tuning.configs_for(task) if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
 
@@ -401,32 +410,52 @@ def _experiment(body: Any, path: Path, tasks: list[str], others: list[str]) -> E
     return Experiment(list(runs), list(on), list(seeds))
 
 
-def _tuning(body: Any, path: Path) -> Tuning:
-    """``campaign.tune``: the method, the seeds and every configuration of the grid."""
+def _tuning(body: Any, path: Path, tasks: list[str]) -> Tuning:
+    """``campaign.tune``: the method, the seeds, every configuration of the grid and, per
+    task, the configurations ``extend`` adds."""
     from aclpipe.training.knobs import check_method
 
     where = f"campaign.tune in {path}"
-    if not isinstance(body, dict) or set(body) - {"method", "seeds", "grid"}:
-        raise UserError(f"{where} takes method, seeds and grid")
+    if not isinstance(body, dict) or set(body) - {"method", "seeds", "grid", "extend"}:
+        raise UserError(f"{where} takes method, seeds, grid and extend")
     method = check_method(body.get("method", "ce"), f"{where}: method {body.get('method')!r} is unknown")
     seeds = body.get("seeds") or [1]
     if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
         raise UserError(f"{where}: seeds must be a list of whole numbers, got {seeds!r}")
-    grids = body.get("grid")
+    configs = _grid_configs(body.get("grid"), f"{where}: grid")
+    extend = body.get("extend") or {}
+    if not isinstance(extend, dict) or not set(extend) <= set(tasks):
+        raise UserError(
+            f"{where}: extend must map tasks of campaign.tasks ({', '.join(tasks)}) to grids"
+        )
+    extra = {
+        task: {
+            name: knobs
+            for name, knobs in _grid_configs(grid, f"{where}: extend.{task}").items()
+            if name not in configs
+        }
+        for task, grid in extend.items()
+    }
+    return Tuning(method, seeds, configs, extra)
+
+
+def _grid_configs(grids: Any, where: str) -> dict[str, dict[str, Any]]:
+    """Every configuration of a grid (a mapping of lists, or a list of such mappings: their
+    union), by name, in the order the grid gives them."""
     grids = [grids] if isinstance(grids, dict) else grids
     if not isinstance(grids, list) or not grids or not all(isinstance(g, dict) for g in grids):
-        raise UserError(f"{where}: grid must map train.<key> to a list of values (or be a list of such maps)")
+        raise UserError(f"{where} must map train.<key> to a list of values (or be a list of such maps)")
     configs: dict[str, dict[str, Any]] = {}
     for grid in grids:
         for key, values in grid.items():
             if not str(key).startswith("train.") or not isinstance(values, list) or not values:
                 raise UserError(
-                    f"{where}: grid key {key!r} must be train.<knob> with a non-empty list of values"
+                    f"{where}: key {key!r} must be train.<knob> with a non-empty list of values"
                 )
         for combination in itertools.product(*grid.values()):
             knobs = dict(sorted(zip(grid, combination), key=lambda kv: _knob_order(kv[0])))
             configs.setdefault(config_name(knobs), knobs)
-    return Tuning(method, seeds, configs)
+    return configs
 
 
 # --- stages ----------------------------------------------------------------------------------
@@ -499,7 +528,7 @@ def tune_one(campaign: Campaign, task_name: str, config: str, seed: int, console
         "method": tuning.method,
         "seed": seed,
         "overrides": overrides,
-        "tuned": tuning.configs[config],
+        "tuned": tuning.configs_for(task.name)[config],
         "command": f"aclpipe campaign tune --task {task.name} --config {config} --seed {seed}",
     }
     return _train_and_score(

@@ -61,7 +61,7 @@ def pending_tuning(
         (task, config, seed)
         for seed in campaign.tuning.seeds
         for task in tasks or campaign.tasks
-        for config in campaign.tuning.configs
+        for config in campaign.tuning.configs_for(task)
         if not campaign.layout.tune_run(task, config, seed).exists()
     ]
 

@@ -48,7 +48,7 @@ def summarise(campaign: Campaign, task: str) -> dict:
             f"{campaign.path} has no campaign.tune section: add one (method, seeds, grid)"
         )
     rows = []
-    for config, knobs in tuning.configs.items():
+    for config, knobs in tuning.configs_for(task).items():
         scores: dict[str, dict[int, float]] = {VALIDATION: {}, "dev": {}}
         forwards: set[str] = set()
         for seed in tuning.seeds:
@@ -80,6 +80,10 @@ def summarise(campaign: Campaign, task: str) -> dict:
     rest = [r for r in done if r is not pick]
     runner_up = max(rest, key=lambda r: r["validation"], default=None)
     used = campaign.task_settings.get(task, {}).get("train", {})
+    in_use = next(  # the configuration every campaign run uses, when the grid holds it
+        (r for r in done if all(used.get(k.split(".", 1)[1]) == v for k, v in r["knobs"].items())),
+        None,
+    )
     return {
         "task": task,
         "method": tuning.method,
@@ -91,12 +95,17 @@ def summarise(campaign: Campaign, task: str) -> dict:
         # the knobs every campaign run uses, against the pick's
         "in_use": {key: used.get(key.split(".", 1)[1]) for key in (pick["knobs"] if pick else {})},
         "margin": margin(campaign, task, pick, runner_up) if runner_up else None,
+        # the pick against the configuration in use, where they differ
+        "against_in_use": (
+            margin(campaign, task, pick, in_use) if pick and in_use and in_use is not pick else None
+        ),
     }
 
 
 def margin(campaign: Campaign, task: str, pick: dict, runner_up: dict) -> dict | None:
-    """The pick minus the runner-up on validation, final exit (points x100 in the markdown):
-    ``paired_bootstrap``'s result plus the runner-up's name. None where a run has no
+    """The pick minus another configuration (the runner-up, or the one in use) on validation,
+    final exit (points x100 in the markdown): ``paired_bootstrap``'s result plus the other's
+    name (key ``runner_up``). None where a run has no
     per-example outputs (a grid from before predictions.npz was kept). The runs must have
     scored the same validation examples (``check_same_examples``)."""
     seen, outputs = [], {}
@@ -178,21 +187,23 @@ def markdown(summary: dict) -> str:
         )
     found = summary.get("margin")
     if found and found.get("seeds"):
-        p = p_value(found)
-        difference = f"{100 * found['difference']:+.2f} [{100 * found['low']:+.2f}, " + (
-            f"{100 * found['high']:+.2f}]"
-        )
         lines.append(
-            f"The pick against the runner-up ({found['runner_up']}) on validation: {difference}"
-            f" points (95% interval from a paired bootstrap over validation examples"
-            + (" and tuning seeds" if len(found["seeds"]) > 1 else ", one tuning seed")
-            + f"; p {p}): {found['verdict']}."
+            f"The pick against the runner-up ({found['runner_up']}) on validation: "
+            + _comparison(found)
             + (
                 " The grid does not tell these two recipes apart; the pick stands by the rule "
                 "(best validation score)."
                 if found["verdict"] == "no detectable difference"
                 else ""
             )
+        )
+    found = summary.get("against_in_use")
+    if found and found.get("seeds") and found["runner_up"] != (summary.get("margin") or {}).get(
+        "runner_up"
+    ):
+        lines.append(
+            f"The pick against the configuration the campaign's runs use ({found['runner_up']}) "
+            "on validation: " + _comparison(found)
         )
     at_edge = edges(summary)
     if at_edge:
@@ -211,6 +222,18 @@ def markdown(summary: dict) -> str:
     if not summary["complete"]:
         lines.append("Some configurations have not finished: the pick may change.")
     return "\n".join(lines) + "\n"
+
+
+def _comparison(found: dict) -> str:
+    """``+0.82 [-1.56, +3.21] points (95% interval ...; p 0.2470): no detectable difference.``"""
+    difference = f"{100 * found['difference']:+.2f} [{100 * found['low']:+.2f}, " + (
+        f"{100 * found['high']:+.2f}]"
+    )
+    return (
+        f"{difference} points (95% interval from a paired bootstrap over validation examples"
+        + (" and tuning seeds" if len(found["seeds"]) > 1 else ", one tuning seed")
+        + f"; p {p_value(found)}): {found['verdict']}."
+    )
 
 
 def edges(summary: dict) -> list[tuple[str, float, str]]:
