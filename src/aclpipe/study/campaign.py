@@ -322,12 +322,7 @@ def load_campaign(path: Path) -> Campaign:
     for task, body in settings.items():
         if task not in tasks or not isinstance(body, dict):
             raise UserError(f"campaign.task_settings.{task}: not a task of campaign.tasks")
-        for section in body:
-            if section not in ("data", "train", "evaluate", "model"):
-                raise UserError(
-                    f"campaign.task_settings.{task}.{section}: only data, train, evaluate "
-                    "and model can differ per task"
-                )
+        _check_sections(body, f"campaign.task_settings.{task}", "task")
     tuning = _tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
     fewshot, fewshot_settings = _fewshot(spec, path)
     fewshot_runs = {f"{run}-n{n}": (run, n) for n in fewshot for run in runs}
@@ -363,13 +358,17 @@ def _fewshot(spec: dict, path: Path) -> tuple[list[int], dict[int, dict[str, Any
     for n, body in settings.items():
         if n not in sizes or not isinstance(body, dict):
             raise UserError(f"campaign.fewshot_settings.{n}: not an N of campaign.fewshot")
-        for section in body:
-            if section not in ("data", "train", "evaluate", "model"):
-                raise UserError(
-                    f"campaign.fewshot_settings.{n}.{section}: only data, train, evaluate and "
-                    "model can differ per N"
-                )
+        _check_sections(body, f"campaign.fewshot_settings.{n}", "N")
     return sizes, settings
+
+
+def _check_sections(body: dict, where: str, per: str) -> None:
+    """Settings per task or per N may only override these sections of the params."""
+    for section in body:
+        if section not in ("data", "train", "evaluate", "model"):
+            raise UserError(
+                f"{where}.{section}: only data, train, evaluate and model can differ per {per}"
+            )
 
 
 _SHORT = {"lr": "lr", "epochs": "ep", "batch_size": "bs", "warmup_ratio": "wu"}
