@@ -47,6 +47,21 @@ def test_study_params_set_the_draw_the_recipe_and_the_seed(tmp_path, params_dict
     assert study.stage("sst2", "ce-n8", 3) == "run@3-sst2-8-ce"  # fewshot/dvc.yaml's matrix
 
 
+def test_pending_runs_go_n_by_n_then_seed_by_seed(tmp_path, params_dict) -> None:
+    from aclpipe.study.campaign_runner import pending
+
+    study = load_campaign(write_study(tmp_path, params_dict(None), tasks=["sst2", "rte"]))
+    study.run_dir("sst2", "ce-n4", 1).mkdir(parents=True)  # done: not pending
+    jobs = pending(study)
+    assert len(jobs) == 2 * 4 * 3 - 1
+    n4 = [(t, r, s) for s in (1, 2, 3) for t in ("sst2", "rte") for r in ("ce-n4", "acl-nograd-n4")]
+    n8 = [(t, r, s) for s in (1, 2, 3) for t in ("sst2", "rte") for r in ("ce-n8", "acl-nograd-n8")]
+    assert jobs == [job for job in n4 if job != ("sst2", "ce-n4", 1)] + n8
+    assert pending(study, seeds=[2], tasks=["rte"]) == [
+        ("rte", "ce-n4", 2), ("rte", "acl-nograd-n4", 2), ("rte", "ce-n8", 2), ("rte", "acl-nograd-n8", 2)
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [({"fewshot": [8, 4]}, "each N once, ascending"),

@@ -29,14 +29,16 @@ def pending(
     campaign: Campaign, tasks: list[str] | None = None, seeds: list[int] | None = None
 ) -> list[tuple[str, str, int]]:
     """``(task, run, seed)`` of every run without a folder, seed by seed (so the first seed of
-    every task finishes first), in the campaign's task and run order."""
+    every task finishes first), in the campaign's task and run order; in a few-shot study,
+    N by N first (every draw of the smallest N, the cheapest runs, before any larger N), so
+    a study cut off and resumed completes whole (task, N) cells as it goes."""
     for task in tasks or []:
         campaign.overrides(task)  # a one-line error for a task outside the campaign
     every_seed = sorted({s for run in campaign.runs for s in campaign.seeds_for(run)})
     for seed in seeds or []:
         if seed not in every_seed:
             campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
-    return [
+    jobs = [
         (task, run, seed)
         for seed in seeds or every_seed
         for task in tasks or campaign.tasks
@@ -45,6 +47,9 @@ def pending(
         and task in campaign.tasks_for(run)
         and not campaign.run_dir(task, run, seed).exists()
     ]
+    if campaign.fewshot_runs:  # stable: seed by seed within each N
+        jobs.sort(key=lambda job: campaign.fewshot_runs[job[1]][1])
+    return jobs
 
 
 def pending_tuning(
