@@ -384,7 +384,8 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
     assert found["runner_up"] == "lr0.1_ep1" and found["difference"] == pytest.approx(15 / n)
     assert found["verdict"] == "better"
     text = markdown(summary)
-    assert "is not the pick: set it to `{lr: 0.001, epochs: 1}`" in text
+    assert "is not the pick: the campaign's runs use `{lr: 0.1, epochs: 1}`" in text
+    assert "To use the pick, set it to `{lr: 0.001, epochs: 1}`" in text
     assert "the campaign's runs use (lr0.1_ep1) on validation: +30.00 [" in text
     # the runner-up in use: one comparison, not the same one twice
     write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},

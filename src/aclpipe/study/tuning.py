@@ -181,9 +181,11 @@ def markdown(summary: dict) -> str:
         lines.append(f"Every campaign run of {task} uses the pick ({pick}).")
     else:
         want = ", ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in summary["pick_knobs"].items())
+        used = ", ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in summary["in_use"].items())
         lines.append(
-            f"campaign.task_settings.{task}.train is not the pick: set it to `{{{want}}}` "
-            "in campaign/params.yaml, and rerun the campaign's runs."
+            f"campaign.task_settings.{task}.train is not the pick: the campaign's runs use "
+            f"`{{{used}}}`. To use the pick, set it to `{{{want}}}` in campaign/params.yaml "
+            "and rerun the campaign's runs."
         )
     found = summary.get("margin")
     if found and found.get("seeds"):
