@@ -386,12 +386,23 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
     text = markdown(summary)
     assert "is not the pick: the campaign's runs use `{lr: 0.1, epochs: 1}`" in text
     assert "To use the pick, set it to `{lr: 0.001, epochs: 1}`" in text
+    from aclpipe.study.campaign_overview import recipe_lines
+
+    (line,) = recipe_lines(campaign, ["sst2"])  # reports/README.md's line, from the same numbers
+    assert "sst2 lr 0.1, epochs 1 (not the grid's pick, lr0.001_ep1, +30.00 [" in line
+    assert "points over it on validation: better)" in line
     assert "the campaign's runs use (lr0.1_ep1) on validation: +30.00 [" in text
     # the runner-up in use: one comparison, not the same one twice
     write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
                task_settings={"sst2": {"train": {"lr": 1e-2, "epochs": 1}}})  # fmt: skip
     text = markdown(summarise(load_campaign(path), "sst2"))
     assert text.count("The pick against") == 1
+    write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
+               task_settings={"sst2": {"train": {"lr": 1e-3, "epochs": 1}}})  # fmt: skip
+    assert recipe_lines(load_campaign(path), ["sst2"]) == [
+        "The base recipe each task's runs use, tuned on ce's validation score with one seed "
+        "(campaign/<task>/tuning.md): sst2 lr 0.001, epochs 1 (the pick)."
+    ]
 
 
 def test_a_tie_on_validation_is_no_detectable_difference(tmp_path: Path, params_dict) -> None:

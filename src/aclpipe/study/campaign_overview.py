@@ -150,6 +150,44 @@ def not_holding(summaries: dict[str, dict]) -> list[str]:
     return lines
 
 
+def recipe_lines(campaign: Campaign, tasks: list[str]) -> list[str]:
+    """One line: each task's recipe (``task_settings.<task>.train``) and whether its tuning
+    grid picks it; a grid extended after the runs may pick another, which the line names
+    with the pick's margin on validation (tuning.md has the grid)."""
+    from aclpipe.study import tuning
+
+    if campaign.tuning is None:
+        return []
+    parts = []
+    for task in tasks:
+        if not campaign.layout.tune_runs(task).exists():
+            continue
+        summary = tuning.summarise(campaign, task)
+        if summary["pick"] is None:
+            continue
+        used = ", ".join(
+            f"{k.split('.', 1)[1]} {v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]} {v}"
+            for k, v in summary["in_use"].items()
+        )
+        if tuning.applied(summary):
+            parts.append(f"{task} {used} (the pick)")
+            continue
+        found = summary["against_in_use"]  # the pick against the recipe in use
+        versus = (
+            f", {100 * found['difference']:+.2f} [{100 * found['low']:+.2f}, "
+            f"{100 * found['high']:+.2f}] points over it on validation: {found['verdict']}"
+            if found and found.get("seeds")
+            else ""
+        )
+        parts.append(f"{task} {used} (not the grid's pick, {summary['pick']}{versus})")
+    if not parts:
+        return []
+    return [
+        "The base recipe each task's runs use, tuned on ce's validation score with one seed "
+        f"({CAMPAIGN_REPORTS}/<task>/{tuning.TUNING_MD}): " + "; ".join(parts) + "."
+    ]
+
+
 def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
     done = sum(s["finished"] for s in summaries.values())
     # every task of the campaign, those with no finished run (and no summary) included
@@ -188,6 +226,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "marked, outside every family and the summary. The published figures are full-data "
         "GLUE dev scores of other 6-layer models, for scale, not targets.",
         THRESHOLDS,
+        *recipe_lines(campaign, list(summaries)),
         *(
             f"{t}: budgets met on dev, chosen on all validation rows -> on its "
             f"{s['leak_free']['rows']:,} leak-free rows: {counts_text(s['leak_free'])}; "
