@@ -388,7 +388,7 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
     assert "To use the pick, set it to `{lr: 0.001, epochs: 1}`" in text
     from aclpipe.study.campaign_overview import recipe_lines
 
-    (line,) = recipe_lines(campaign, ["sst2"])  # reports/README.md's line, from the same numbers
+    (line,) = recipe_lines({"sst2": summary}, ["sst2"])  # reports/README.md's, same numbers
     assert "sst2 lr 0.1, epochs 1 (not the grid's pick, lr0.001_ep1, +30.00 [" in line
     assert "points over it on validation: better)" in line
     assert "the campaign's runs use (lr0.1_ep1) on validation: +30.00 [" in text
@@ -399,7 +399,7 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
     assert text.count("The pick against") == 1
     write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
                task_settings={"sst2": {"train": {"lr": 1e-3, "epochs": 1}}})  # fmt: skip
-    assert recipe_lines(load_campaign(path), ["sst2"]) == [
+    assert recipe_lines({"sst2": summarise(load_campaign(path), "sst2")}, ["sst2", "rte"]) == [
         "The base recipe each task's runs use, tuned on ce's validation score with one seed "
         "(campaign/<task>/tuning.md): sst2 lr 0.001, epochs 1 (the pick)."
     ]
@@ -484,3 +484,12 @@ def test_a_pick_at_the_grid_edge_is_named_and_one_seed_is_said() -> None:
     assert edges({**summary, "pick": "a"}) == [("train.lr", 2e-5, "smallest"),
                                                ("train.epochs", 3, "smallest")]
     assert "cannot separate" not in markdown({**summary, "seeds": [1, 2]})
+
+
+def test_knobs_text_drops_the_section_and_formats_numbers_once() -> None:
+    from aclpipe.study.tuning import knobs_text
+
+    knobs = {"train.lr": 5e-5, "train.epochs": 8, "train.padding_free": True, "model.pooling": "mean"}
+    assert knobs_text(knobs) == "lr 5e-05, epochs 8, padding_free True, pooling mean"
+    assert knobs_text({"train.lr": 0.1}, ": ") == "lr: 0.1"
+    assert knobs_text({}) == ""

@@ -185,9 +185,10 @@ def report(campaign: Path, reports: Path, console: Console) -> None:
         for path in write_fewshot_report(spec, reports):
             console.print(f"wrote {path}", highlight=False)
         return
-    for name in write_tuning(spec, reports):
+    tuned = write_tuning(spec, reports)
+    for name in tuned:
         console.print(f"wrote {campaign_reports(reports, name) / TUNING_MD}", highlight=False)
-    summaries = write_reports(spec, reports)
+    summaries = write_reports(spec, reports, tuned)
     if not summaries:
         raise UserError(
             f"no finished runs under {spec.layout.runs()}: run `dvc repro campaign/dvc.yaml` "

@@ -150,25 +150,19 @@ def not_holding(summaries: dict[str, dict]) -> list[str]:
     return lines
 
 
-def recipe_lines(campaign: Campaign, tasks: list[str]) -> list[str]:
+def recipe_lines(tuned: dict[str, dict], tasks: list[str]) -> list[str]:
     """One line: each task's recipe (``task_settings.<task>.train``) and whether its tuning
     grid picks it; a grid extended after the runs may pick another, which the line names
-    with the pick's margin on validation (tuning.md has the grid)."""
+    with the pick's margin on validation (tuning.md has the grid). ``tuned``: the tuning
+    summaries by task (``tuning.write_tuning``'s)."""
     from aclpipe.study import tuning
 
-    if campaign.tuning is None:
-        return []
     parts = []
     for task in tasks:
-        if not campaign.layout.tune_runs(task).exists():
+        summary = tuned.get(task)
+        if summary is None or summary["pick"] is None:
             continue
-        summary = tuning.summarise(campaign, task)
-        if summary["pick"] is None:
-            continue
-        used = ", ".join(
-            f"{k.split('.', 1)[1]} {v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]} {v}"
-            for k, v in summary["in_use"].items()
-        )
+        used = tuning.knobs_text(summary["in_use"])
         if tuning.applied(summary):
             parts.append(f"{task} {used} (the pick)")
             continue
@@ -188,7 +182,9 @@ def recipe_lines(campaign: Campaign, tasks: list[str]) -> list[str]:
     ]
 
 
-def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
+def overview_markdown(
+    campaign: Campaign, summaries: dict[str, dict], tuned: dict[str, dict] | None = None
+) -> str:
     done = sum(s["finished"] for s in summaries.values())
     # every task of the campaign, those with no finished run (and no summary) included
     planned = sum(len(campaign.tasks_for(r)) * len(campaign.seeds_for(r)) for r in campaign.runs)
@@ -226,7 +222,7 @@ def overview_markdown(campaign: Campaign, summaries: dict[str, dict]) -> str:
         "marked, outside every family and the summary. The published figures are full-data "
         "GLUE dev scores of other 6-layer models, for scale, not targets.",
         THRESHOLDS,
-        *recipe_lines(campaign, list(summaries)),
+        *recipe_lines(tuned or {}, list(summaries)),
         *(
             f"{t}: budgets met on dev, chosen on all validation rows -> on its "
             f"{s['leak_free']['rows']:,} leak-free rows: {counts_text(s['leak_free'])}; "

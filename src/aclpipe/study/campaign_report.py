@@ -400,9 +400,11 @@ def _rule_use(by_seed: dict, seeds: list[int], rules) -> dict:
 # --- files ------------------------------------------------------------------------------------
 
 
-def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
-    """Write every task's results and plots, the campaign-wide figure and the overview;
-    returns the summaries."""
+def write_reports(
+    campaign: Campaign, reports_dir: Path, tuned: dict[str, dict] | None = None
+) -> dict[str, dict]:
+    """Write every task's results and plots, the campaign-wide figure and the overview
+    (``tuned``: the tuning summaries by task, for its recipe line); returns the summaries."""
     from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots
 
     summaries = {}
@@ -420,6 +422,6 @@ def write_reports(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
     if summaries:
         cost_png = campaign_markdown.campaign_reports(reports_dir) / RESULTS_COST_PNG
         campaign_plots.draw_score_vs_time(campaign, summaries, cost_png)
-        overview = campaign_overview.overview_markdown(campaign, summaries)
+        overview = campaign_overview.overview_markdown(campaign, summaries, tuned)
         atomic.write_text(reports_dir / REPORTS_README, overview)
     return summaries

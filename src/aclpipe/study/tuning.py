@@ -148,6 +148,16 @@ def applied(summary: dict) -> bool:
     return bool(knobs) and all(summary["in_use"][k] == v for k, v in knobs.items())
 
 
+def knobs_text(knobs: dict, sep: str = " ") -> str:
+    """``lr 5e-05, epochs 5``: knobs without their section (``train.``), numbers by ``g``."""
+    return ", ".join(
+        f"{key.split('.', 1)[-1]}{sep}{value:g}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else f"{key.split('.', 1)[-1]}{sep}{value}"
+        for key, value in knobs.items()
+    )
+
+
 def markdown(summary: dict) -> str:
     task, pick = summary["task"], summary["pick"]
     keys = list(dict.fromkeys(key for row in summary["rows"] for key in row["knobs"]))
@@ -180,8 +190,8 @@ def markdown(summary: dict) -> str:
     elif applied(summary):
         lines.append(f"Every campaign run of {task} uses the pick ({pick}).")
     else:
-        want = ", ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in summary["pick_knobs"].items())
-        used = ", ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in summary["in_use"].items())
+        want = knobs_text(summary["pick_knobs"], ": ")
+        used = knobs_text(summary["in_use"], ": ")
         lines.append(
             f"campaign.task_settings.{task}.train is not the pick: the campaign's runs use "
             f"`{{{used}}}`. To use the pick, set it to `{{{want}}}` in campaign/params.yaml "
