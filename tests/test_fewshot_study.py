@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from aclpipe.cli import app
 from aclpipe.errors import UserError
 from aclpipe.study.campaign import load_campaign
-from aclpipe.study.fewshot_report import _weighted_sd, spread_ratio
+from aclpipe.study.fewshot_report import BELOW, ON, _weighted_sd, against_majority, spread_ratio
 from aclpipe.study.measures import Measure
 
 STUDY = {
@@ -95,6 +95,26 @@ def test_spread_ratio_of_a_constant_baseline_is_undefined_and_of_itself_one() ->
     assert same["verdict"] == "inconclusive"
     constant = {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in range(1, 6)}
     assert spread_ratio(task, runs, constant, labels, 200)["verdict"].startswith("undefined")
+
+
+def test_a_method_is_above_on_or_below_the_majority_class() -> None:
+    from aclpipe.data.tasks import get_task
+    from aclpipe.study.fewshot_markdown import _on_majority
+
+    task = get_task("sst2")
+    labels = np.array([1] * 30 + [0] * 10)  # the majority guess (1) scores 75%
+    floor = {s: Measure("final", np.ones((1, 40), dtype=int)) for s in (1, 2, 3)}
+    perfect = {s: Measure("final", labels[None]) for s in (1, 2, 3)}
+    minority = {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in (1, 2, 3)}  # 25%
+    mixed = {s: Measure("final", np.r_[np.ones(38), np.zeros(2)][None].astype(int)) for s in (1, 2, 3)}
+    verdict = {name: against_majority(task, runs, floor, labels, 200)["verdict"]
+               for name, runs in (("ce", perfect), ("scl", minority), ("acl", mixed))}  # fmt: skip
+    assert verdict == {"ce": "better", "scl": BELOW, "acl": ON}  # acl: 2 more of 40 right, not told apart
+    cell = {"task": "sst2", "n": 20, "majority": 0.75,
+            "runs": {r: {"vs_majority": {"verdict": v}} for r, v in verdict.items()}}  # fmt: skip
+    assert _on_majority([cell]) == ["- sst2 at N = 20: scl, acl at or below the majority class (75.0); scl below it"]
+    cell["runs"]["ce"]["vs_majority"]["verdict"] = ON
+    assert _on_majority([cell])[0].endswith("(75.0); scl below it: its comparisons are uninformative")
 
 
 def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study import verdicts
 from aclpipe.study.campaign import Campaign
+from aclpipe.study.fewshot_report import BELOW, ON
 
 
 def _pts(x: float | None, signed: bool = False) -> str:
@@ -62,7 +63,7 @@ def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]
                 row.append("not run yet")
                 continue
             sd = f" ± {_pts(e['sd'])}" if e["sd"] is not None else ""
-            on = " (on majority)" if e["vs_majority"]["verdict"] != "better" else ""
+            on = _MAJORITY_MARK.get(e["vs_majority"]["verdict"], "")
             draws = f"{e['n']} draw{'s' if e['n'] > 1 else ''}"
             row.append(f"{_pts(e['mean'])}{sd} {_interval(e, False)}, {draws}{on}")
         row.append(_pts(cell.get("majority")))
@@ -131,18 +132,26 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
     return lines
 
 
+_MAJORITY_MARK = {ON: " (on majority)", BELOW: " (below majority)"}  # the score table's cells
+
+
 def _on_majority(cells: list[dict]) -> list[str]:
-    """One line per (task, N) where some method is not told apart from the majority class."""
+    """One line per (task, N) where some method does not beat the majority class: on it (not
+    told apart) or below it (the interval lies under it)."""
     out = []
     for cell in cells:
-        on = [r for r, e in cell["runs"].items() if e["vs_majority"]["verdict"] != "better"]
-        if on:
-            every = len(on) == len(cell["runs"])
-            out.append(
-                f"- {cell['task']} at N = {cell['n']}: {'every method' if every else ', '.join(on)} "
-                f"on the majority class ({_pts(cell['majority'])})"
-                + (": its comparisons are uninformative" if every else "")
-            )
+        verdict = {r: e["vs_majority"]["verdict"] for r, e in cell["runs"].items()}
+        failing = [r for r, v in verdict.items() if v != "better"]
+        if not failing:
+            continue
+        every = len(failing) == len(cell["runs"])
+        below = [r for r in failing if verdict[r] == BELOW]
+        out.append(
+            f"- {cell['task']} at N = {cell['n']}: {'every method' if every else ', '.join(failing)} "
+            f"at or below the majority class ({_pts(cell['majority'])})"
+            + (f"; {', '.join(below)} below it" if below else "")
+            + (": its comparisons are uninformative" if every else "")
+        )
     return out
 
 
@@ -180,7 +189,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict]) -> str:
         "",
         f"![spread over draws]({FEWSHOT_SPREAD_PNG})",
         "",
-        "## Where a method sits on the majority class",
+        "## Where a method does not beat the majority class",
         "",
         *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
         "",

@@ -104,6 +104,19 @@ def check_draws(found: dict[str, dict[int, dict]]) -> None:
             )
 
 
+ON, BELOW = "on the majority class", "below the majority class"
+
+
+def against_majority(
+    task, runs: dict[int, scoring.Measure], floor: dict[int, scoring.Measure],
+    labels: np.ndarray, resamples: int = paired.RESAMPLES,
+) -> dict:  # fmt: skip
+    """A method against the majority-class guess of its draws (the paired bootstrap): better,
+    below it (the interval lies under 0), else on it (not told apart)."""
+    found = paired.paired_bootstrap(task, runs, floor, labels, resamples)
+    return {**found, "verdict": {"better": "better", "worse": BELOW}.get(found["verdict"], ON)}
+
+
 def majority_measure(run: dict) -> scoring.Measure:
     """The majority-class floor as a run: the draw's most frequent class on every dev example
     (ties to the lower class index, as ``evaluation.scoring.majority_prediction``)."""
@@ -191,11 +204,7 @@ def summarise_cell(
             s: float(m.values(task, labels, np.ones((1, len(labels))))[0])
             for s, m in sorted(measures[run].items())
         }
-        against = paired.paired_bootstrap(task, measures[run], floor, labels, resamples)
-        entry["vs_majority"] = {
-            **against,
-            "verdict": "better" if against["verdict"] == "better" else "on the majority class",
-        }
+        entry["vs_majority"] = against_majority(task, measures[run], floor, labels, resamples)
         entry.update(_angles(found[run]))
         out["runs"][run] = entry
     informative = {r for r, e in out["runs"].items() if e["vs_majority"]["verdict"] == "better"}
