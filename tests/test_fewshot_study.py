@@ -4,6 +4,7 @@ axis (draws prepared per seed, runs named <run>-n<N>), its records, and its repo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
+from aclpipe.layout import RUN_RECORD, Layout
+from aclpipe.study import wallclock
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.fewshot_report import BELOW, ON, _weighted_sd, against_majority, spread_ratio
 from aclpipe.study.measures import Measure
@@ -203,3 +206,83 @@ def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict) -
     assert (params.data.fewshot_examples, params.data.fewshot_seed, params.train.seed) == (8, 2, 2)
     result = CliRunner().invoke(app, [*args[:-1], "7", "--campaign", str(path)])
     assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output
+
+
+# the study's wall clock (aclpipe.study.wallclock): runs timed from their logs, merged into
+# the ledger, summed into the union of their intervals
+T0 = 1_796_400_000  # 2026-12-04T16:00:00 UTC
+
+
+@pytest.mark.parametrize(
+    ("intervals", "union"),
+    [([], 0), ([(0, 10)], 10), ([(0, 10), (5, 15), (20, 30)], 25), ([(0, 10), (2, 3)], 10),
+     ([(20, 30), (0, 10), (10, 20)], 30), ([(0, 5), (1, 2), (3, 8)], 8)],
+)  # fmt: skip
+def test_union_counts_overlapping_runs_once_and_gaps_not_at_all(intervals, union) -> None:
+    assert wallclock.union_seconds(intervals) == union
+
+
+def finish(root: Path, task: str, run: str, seed: int, start: int, end: int) -> None:
+    """A finished run under the study folder ``root``: its folder with run.json, its log with
+    modification time ``end`` (birth times are the file system's: the test fixes them)."""
+    layout = Layout(root)
+    (layout.run(task, run, seed)).mkdir(parents=True)
+    (layout.run(task, run, seed) / RUN_RECORD).write_text("{}")
+    log = layout.run_log(task, run, seed)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"started {start}\n")
+    os.utime(log, (end, end))
+
+
+def test_record_times_finished_runs_and_keeps_earlier_rows(
+    tmp_path: Path, params_dict, monkeypatch
+) -> None:
+    study = load_campaign(write_study(tmp_path, params_dict(None)))
+    # the test's birth time: the log's first line (real logs: the file system's)
+    monkeypatch.setattr(
+        wallclock, "born_and_modified",
+        lambda log: (int(log.read_text().split()[1]), int(log.stat().st_mtime)),
+    )  # fmt: skip
+    worktree = tmp_path / "worktree" / "fewshot"
+    finish(worktree, "sst2", "ce-n4", 1, T0, T0 + 60)
+    finish(worktree, "sst2", "acl-nograd-n4", 1, T0 + 30, T0 + 100)  # side by side
+    Layout(worktree).run_log("sst2", "ce-n8", 2).write_text(f"started {T0}\n")  # still running
+    path, rows = wallclock.record(study, worktree)
+    assert (path, rows) == (study.root / wallclock.LEDGER, 2)
+    first = wallclock.read(path)
+    assert first[0] == {"task": "sst2", "run": "acl-nograd", "n": "4", "seed": "1",
+                        "start_utc": "2026-12-04T16:00:30", "end_utc": "2026-12-04T16:01:40",
+                        "seconds": "70"}  # fmt: skip
+    # a later session in another worktree: the first one's logs are gone, its rows stay
+    later = tmp_path / "later" / "fewshot"
+    finish(later, "sst2", "ce-n8", 1, T0 + 7200, T0 + 7210)
+    _, rows = wallclock.record(study, later)
+    summary = wallclock.summarise(wallclock.read(path))
+    assert rows == summary["runs"] == 3
+    assert summary["run_seconds"] == 60 + 70 + 10
+    assert summary["wall_seconds"] == 100 + 10  # [T0, T0 + 100] and the later run
+    assert [(c["n"], c["runs"], c["run_seconds"]) for c in summary["cells"]] == [(4, 2, 130), (8, 1, 10)]
+    assert (summary["first"], summary["last"]) == ("2026-12-04T16:00:00", "2026-12-04T18:00:10")
+    # the report counts the runs finished in its own checkout only
+    assert wallclock.finished_here(study, wallclock.read(path)) == []
+    finish(study.root, "sst2", "ce-n8", 1, T0, T0 + 1)
+    assert [r["n"] for r in wallclock.finished_here(study, wallclock.read(path))] == ["8"]
+
+
+def test_birth_time_of_a_new_file_is_read_where_the_file_system_keeps_it(tmp_path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("x")
+    times = wallclock.born_and_modified(log)
+    if times is None:
+        pytest.skip("this file system keeps no birth times")
+    assert times[0] <= times[1] and abs(times[1] - log.stat().st_mtime) < 1
+
+
+def test_wallclock_without_a_runs_folder_fails_in_one_line(tmp_path, params_dict, monkeypatch) -> None:
+    path = write_study(tmp_path, params_dict(None))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["campaign", "wallclock", "--campaign", str(path),
+                                      "--from", str(tmp_path / "nowhere")])  # fmt: skip
+    assert result.exit_code != 0
+    assert result.output.strip().count("\n") == 0 and "has no runs/ folder" in result.output
+    assert not (path.parent / wallclock.LEDGER).exists()

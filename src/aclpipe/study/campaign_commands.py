@@ -14,7 +14,7 @@ from rich.console import Console
 from aclpipe import atomic
 from aclpipe.cli_options import counts, parse_list
 from aclpipe.errors import UserError
-from aclpipe.layout import REPORTS_README, RESULTS_MD, STACK_CHECK
+from aclpipe.layout import REPORTS_README, RESULTS_MD, RUNS, STACK_CHECK
 from aclpipe.study.campaign import load_campaign
 
 
@@ -170,6 +170,31 @@ def stack_compare(campaign: Path, first: Path, second: Path, console: Console) -
     if check["differing"]:
         console.print(f"differing: {', '.join(check['differing'])}", highlight=False)
     return out
+
+
+def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
+    """Merge the timed runs of ``runs_in`` (a study folder) into <study>/wallclock.tsv."""
+    from aclpipe.study import wallclock as clock
+
+    spec = load_campaign(campaign)
+    root = spec.root if runs_in is None else runs_in
+    if not (root / RUNS).is_dir():
+        raise UserError(
+            f"{root} has no {RUNS}/ folder: pass --from the study's folder (e.g. fewshot)"
+        )
+    path, rows = clock.record(spec, root)
+    summary = clock.summarise(clock.read(path))
+    for cell in summary["cells"]:
+        console.print(
+            f"{cell['task']} N={cell['n'] or '-'}: {cell['runs']} runs, "
+            f"{cell['mean_seconds']:.0f} s a run",
+            highlight=False,
+        )
+    console.print(
+        f"wrote {path} ({rows} runs): {summary['run_seconds'] / 3600:.1f} h of run time in "
+        f"{summary['wall_seconds'] / 3600:.1f} h of wall clock",
+        highlight=False,
+    )
 
 
 def report(campaign: Path, reports: Path, console: Console) -> None:

@@ -361,6 +361,26 @@ def campaign_stack_compare(
     commands.stack_compare(campaign, first, second, console)
 
 
+@campaign_app.command("wallclock")
+@user_errors
+def campaign_wallclock(
+    runs_in: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="The study's folder in the checkout that ran the runs, e.g. a worktree's "
+            "fewshot/ (default: this one's).",
+        ),
+    ] = None,
+    campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
+) -> None:
+    """Merge each finished run's start and end (its log's birth and last change) into
+    <study>/wallclock.tsv, and print the wall clock per task and N."""
+    from aclpipe.study import campaign_commands as commands
+
+    commands.wallclock(campaign, runs_in, console)
+
+
 @campaign_app.command("report")
 @user_errors
 def campaign_report(

@@ -7,6 +7,7 @@ from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study import verdicts
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.fewshot_report import BELOW, ON
+from aclpipe.study.wallclock import LEDGER
 
 
 def _pts(x: float | None, signed: bool = False) -> str:
@@ -155,7 +156,36 @@ def _on_majority(cells: list[dict]) -> list[str]:
     return out
 
 
-def fewshot_markdown(campaign: Campaign, cells: list[dict]) -> str:
+def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[str]:
+    """What the runs cost: ``wallclock.summarise`` of <study>/wallclock.tsv."""
+    if clock is None:
+        return []
+    untimed = finished - clock["runs"]
+    return [
+        "## Wall clock",
+        "",
+        f"From {campaign.root / LEDGER} (`aclpipe campaign wallclock --campaign {campaign.path}` "
+        "after each batch of runs, from the checkout that ran them): "
+        f"{clock['runs']} of the {finished} finished runs are timed"
+        + (f" ({untimed} ran before the ledger, untimed)" if untimed > 0 else "")
+        + f", {clock['first']} to {clock['last']} UTC. They took "
+        f"{clock['run_seconds'] / 3600:.1f} h of run time (a run: its log's first to last "
+        f"write; training, dev scoring and start-up) in {clock['wall_seconds'] / 3600:.1f} h of "
+        "wall clock (the union of the runs' intervals: runs side by side count once, the "
+        "time between sessions not at all).",
+        "",
+        "| N | task | runs timed | seconds a run (mean) | run time (h) |",
+        "| --- | --- | --- | --- | --- |",
+        *(
+            f"| {c['n']} | {c['task']} | {c['runs']} | {c['mean_seconds']:.0f} | "
+            f"{c['run_seconds'] / 3600:.2f} |"
+            for c in clock["cells"]
+        ),
+        "",
+    ]
+
+
+def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
     finished = sum(c["finished"] for c in cells)
     planned = sum(c["planned"] for c in cells)
     lines = [
@@ -193,6 +223,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict]) -> str:
         "",
         *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
         "",
+        *_wallclock(campaign, clock, finished),
     ]
     for task in campaign.tasks:
         if not any(c["runs"] for c in cells if c["task"] == task):

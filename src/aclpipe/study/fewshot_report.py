@@ -233,7 +233,7 @@ def summarise_cell(
 
 def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
     """Write reports/fewshot/README.md, results.json and the figures; returns their paths."""
-    from aclpipe.study import fewshot_markdown, fewshot_plots
+    from aclpipe.study import fewshot_markdown, fewshot_plots, wallclock
 
     cells = [summarise_cell(campaign, t, n) for t in campaign.tasks for n in campaign.fewshot]
     if not any(c["runs"] for c in cells):
@@ -243,11 +243,14 @@ def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
         )
     out = reports_dir / FEWSHOT_REPORTS
     out.mkdir(parents=True, exist_ok=True)
+    timed = wallclock.finished_here(campaign, wallclock.read(wallclock.ledger_path(campaign)))
+    clock = wallclock.summarise(timed) if timed else None
     summary = {"tasks": campaign.tasks, "fewshot": campaign.fewshot, "cells": cells}
+    summary |= {"wallclock": clock} if clock else {}
     written = [out / RESULTS_JSON, out / FEWSHOT_SCORES_PNG, out / FEWSHOT_SPREAD_PNG]
     written.append(out / REPORTS_README)
     atomic.write_text(written[0], json.dumps(summary, indent=2) + "\n")
     fewshot_plots.draw_scores(campaign, cells, written[1])
     fewshot_plots.draw_spread(campaign, cells, written[2])
-    atomic.write_text(written[3], fewshot_markdown.fewshot_markdown(campaign, cells))
+    atomic.write_text(written[3], fewshot_markdown.fewshot_markdown(campaign, cells, clock))
     return written
