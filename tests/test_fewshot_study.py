@@ -17,7 +17,14 @@ from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, Layout
 from aclpipe.study import wallclock
 from aclpipe.study.campaign import load_campaign
-from aclpipe.study.fewshot_report import BELOW, ON, _weighted_sd, against_majority, spread_ratio
+from aclpipe.study.fewshot_report import (
+    BELOW,
+    ON,
+    _weighted_sd,
+    against_majority,
+    spread_claim,
+    spread_ratio,
+)
 from aclpipe.study.measures import Measure
 
 STUDY = {
@@ -118,6 +125,25 @@ def test_a_method_is_above_on_or_below_the_majority_class() -> None:
     assert _on_majority([cell]) == ["- sst2 at N = 20: scl, acl at or below the majority class (75.0); scl below it"]
     cell["runs"]["ce"]["vs_majority"]["verdict"] = ON
     assert _on_majority([cell])[0].endswith("(75.0); scl below it: its comparisons are uninformative")
+
+
+def test_a_spread_between_majority_guessers_is_uninformative() -> None:
+    from aclpipe.data.tasks import get_task
+
+    task, rng = get_task("sst2"), np.random.default_rng(2)
+    labels = rng.integers(0, 2, 40)
+    measures = {run: {s: Measure("final", rng.integers(0, 2, (1, 40))) for s in range(1, 9)}
+                for run in ("ce", "scl")}  # fmt: skip
+    bases = ["ce", "scl", "acl"]
+    judged = spread_claim(task, measures, "scl", "ce", bases, {"scl"}, labels, 200)
+    assert judged["verdict"] in {"lower", "higher", "inconclusive"} and judged["low"] is not None
+    assert judged == spread_ratio(task, measures["scl"], measures["ce"], labels, 200)
+    unjudged = spread_claim(task, measures, "scl", "ce", bases, set(), labels, 200)
+    assert unjudged == {**judged, "verdict": "uninformative"}  # the numbers stay, shown
+    assert spread_claim(task, measures, "acl", "ce", bases, set(), labels)["verdict"] == "not run yet"
+    assert spread_claim(task, measures, "acl", "ce", ["ce"], set(), labels)["verdict"] == "not in this study"
+    few = {run: dict(list(m.items())[:2]) for run, m in measures.items()}
+    assert spread_claim(task, few, "scl", "ce", bases, set(), labels)["verdict"].startswith("too few")
 
 
 def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:

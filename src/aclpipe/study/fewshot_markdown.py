@@ -209,7 +209,8 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         f"not better and its lower end lies above -{100 * verdicts.MARGIN:g} point (non-inferior "
         "at a margin fixed in advance); **inconclusive** otherwise; **uninformative** when "
         "neither run beats the majority class. Spread (S2): the ratio of the sds over draws "
-        "with a bootstrap interval from the same resamples; **lower** when it lies below 1.",
+        "with a bootstrap interval from the same resamples; **lower** when it lies below 1 "
+        "(uninformative, too, when neither run beats the majority class).",
         "",
         "## Recipe",
         "",

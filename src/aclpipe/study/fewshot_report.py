@@ -220,15 +220,26 @@ def summarise_cell(
                 if not {a, b} & informative:
                     row["verdict"] = verdicts.UNINFORMATIVE
         out["claims"].append(row)
-    out["spreads"] = []
-    for claim, question, a, b in SPREADS:
-        row = {"claim": claim, "question": question, "a": a, "b": b}
-        if a in measures and b in measures:
-            row.update(spread_ratio(task, measures[a], measures[b], labels, resamples))
-        else:
-            row["verdict"] = "not run yet" if a in bases and b in bases else "not in this study"
-        out["spreads"].append(row)
+    out["spreads"] = [
+        {"claim": claim, "question": question, "a": a, "b": b,
+         **spread_claim(task, measures, a, b, bases, informative, labels, resamples)}
+        for claim, question, a, b in SPREADS
+    ]  # fmt: skip
     return out
+
+
+def spread_claim(
+    task, measures: dict[str, dict[int, scoring.Measure]], a: str, b: str, bases: list[str],
+    informative: set[str], labels: np.ndarray, resamples: int = paired.RESAMPLES,
+) -> dict:  # fmt: skip
+    """S2 for A against B (``spread_ratio``); uninformative where neither beats the majority
+    class (``informative``: the runs that do), as the claims are: a spread of guessing it."""
+    if a not in measures or b not in measures:
+        return {"verdict": "not run yet" if a in bases and b in bases else "not in this study"}
+    found = spread_ratio(task, measures[a], measures[b], labels, resamples)
+    if not {a, b} & informative and found.get("low") is not None:
+        found["verdict"] = verdicts.UNINFORMATIVE
+    return found
 
 
 def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
