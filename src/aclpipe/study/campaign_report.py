@@ -404,8 +404,9 @@ def write_reports(
     campaign: Campaign, reports_dir: Path, tuned: dict[str, dict] | None = None
 ) -> dict[str, dict]:
     """Write every task's results and plots, the campaign-wide figure and the overview
-    (``tuned``: the tuning summaries by task, for its recipe line); returns the summaries."""
-    from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots
+    (``tuned``: the tuning summaries by task, for its recipe line, computed when not given);
+    returns the summaries."""
+    from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots, tuning
 
     summaries = {}
     for task in campaign.tasks:
@@ -422,6 +423,7 @@ def write_reports(
     if summaries:
         cost_png = campaign_markdown.campaign_reports(reports_dir) / RESULTS_COST_PNG
         campaign_plots.draw_score_vs_time(campaign, summaries, cost_png)
+        tuned = tuning.summaries(campaign) if tuned is None else tuned
         overview = campaign_overview.overview_markdown(campaign, summaries, tuned)
         atomic.write_text(reports_dir / REPORTS_README, overview)
     return summaries

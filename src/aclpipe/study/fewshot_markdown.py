@@ -6,7 +6,6 @@ from __future__ import annotations
 from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study import verdicts
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.fewshot_report import BELOW, ON
 from aclpipe.study.wallclock import LEDGER
 
 
@@ -133,6 +132,9 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
     return lines
 
 
+# a method against its draws' majority-class guess (fewshot_report.against_majority): better,
+# on it (not told apart) or below it (the interval lies under 0)
+ON, BELOW = "on the majority class", "below the majority class"
 _MAJORITY_MARK = {ON: " (on majority)", BELOW: " (below majority)"}  # the score table's cells
 
 

@@ -43,6 +43,7 @@ from aclpipe.study import measures as scoring
 from aclpipe.study import paired, verdicts
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_report import _angles, load_run
+from aclpipe.study.fewshot_markdown import BELOW, ON
 
 # (claim id, question, A, B): "A beats B" on the final exit, per (task, N)
 CLAIMS: list[tuple[str, str, str, str]] = [
@@ -102,9 +103,6 @@ def check_draws(found: dict[str, dict[int, dict]]) -> None:
                 f"{r['folder']} trained on another draw than {first[0]} (seed {seed}): "
                 "prepare the draw again and rerun both"
             )
-
-
-ON, BELOW = "on the majority class", "below the majority class"
 
 
 def against_majority(

@@ -270,16 +270,22 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}"
 
 
-def write_tuning(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
-    """``reports/campaign/<task>/tuning.{md,json}`` for every task with tuning runs."""
-    out = {}
+def summaries(campaign: Campaign) -> dict[str, dict]:
+    """``summarise`` of every task with tuning runs."""
     if campaign.tuning is None:
-        return out
-    for task in campaign.tasks:
-        if not campaign.layout.tune_runs(task).exists():
-            continue
-        summary = summarise(campaign, task)
-        out[task] = summary
+        return {}
+    return {
+        task: summarise(campaign, task)
+        for task in campaign.tasks
+        if campaign.layout.tune_runs(task).exists()
+    }
+
+
+def write_tuning(campaign: Campaign, reports_dir: Path) -> dict[str, dict]:
+    """``reports/campaign/<task>/tuning.{md,json}`` for every task with tuning runs; returns
+    their summaries."""
+    out = summaries(campaign)
+    for task, summary in out.items():
         folder = campaign_reports(reports_dir, task)
         atomic.write_text(folder / TUNING_JSON, json.dumps(summary, indent=2) + "\n")
         atomic.write_text(folder / TUNING_MD, markdown(summary))
