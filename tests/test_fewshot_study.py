@@ -274,8 +274,9 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     finish(worktree, "sst2", "acl-nograd-n4", 1, T0 + 30, T0 + 100)  # side by side
     Layout(worktree).run_log("sst2", "ce-n8", 2).write_text(f"started {T0}\n")  # still running
     path, rows = wallclock.record(study, worktree)
-    assert (path, rows) == (study.root / wallclock.LEDGER, 2)
+    assert (path, len(rows)) == (study.root / wallclock.LEDGER, 2)
     first = wallclock.read(path)
+    assert first == rows  # what it returns is what it wrote
     assert first[0] == {"task": "sst2", "run": "acl-nograd", "n": "4", "seed": "1",
                         "start_utc": "2026-12-04T16:00:30", "end_utc": "2026-12-04T16:01:40",
                         "seconds": "70"}  # fmt: skip
@@ -284,7 +285,7 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     finish(later, "sst2", "ce-n8", 1, T0 + 7200, T0 + 7210)
     _, rows = wallclock.record(study, later)
     summary = wallclock.summarise(wallclock.read(path))
-    assert rows == summary["runs"] == 3
+    assert len(rows) == summary["runs"] == 3
     assert summary["run_seconds"] == 60 + 70 + 10
     assert summary["wall_seconds"] == 100 + 10  # [T0, T0 + 100] and the later run
     assert [(c["n"], c["runs"], c["run_seconds"]) for c in summary["cells"]] == [(4, 2, 130), (8, 1, 10)]

@@ -183,7 +183,7 @@ def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
             f"{root} has no {RUNS}/ folder: pass --from the study's folder (e.g. fewshot)"
         )
     path, rows = clock.record(spec, root)
-    summary = clock.summarise(clock.read(path))
+    summary = clock.summarise(rows)  # the rows just written, not read back
     for cell in summary["cells"]:
         console.print(
             f"{cell['task']} N={cell['n'] or '-'}: {cell['runs']} runs, "
@@ -191,7 +191,7 @@ def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
             highlight=False,
         )
     console.print(
-        f"wrote {path} ({rows} runs): {summary['run_seconds'] / 3600:.1f} h of run time in "
+        f"wrote {path} ({len(rows)} runs): {summary['run_seconds'] / 3600:.1f} h of run time in "
         f"{summary['wall_seconds'] / 3600:.1f} h of wall clock",
         highlight=False,
     )

@@ -91,9 +91,9 @@ def _run_name(row: dict) -> str:
     return f"{row['run']}-n{row['n']}" if row["n"] else row["run"]
 
 
-def record(campaign: Campaign, root: Path) -> tuple[Path, int]:
+def record(campaign: Campaign, root: Path) -> tuple[Path, list[dict]]:
     """Merge the timed runs of the study folder ``root`` into the ledger; returns its path and
-    how many rows it has."""
+    its rows."""
     rows = {_key(r): r for r in read(ledger_path(campaign))}
     rows.update({_key(r): r for r in from_logs(campaign, root)})
     ordered = sorted(
@@ -105,7 +105,7 @@ def record(campaign: Campaign, root: Path) -> tuple[Path, int]:
     writer.writeheader()
     writer.writerows(ordered)
     atomic.write_text(ledger_path(campaign), text.getvalue())
-    return ledger_path(campaign), len(ordered)
+    return ledger_path(campaign), ordered
 
 
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
