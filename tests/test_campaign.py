@@ -203,8 +203,15 @@ def test_run_pending_helpers(tmp_path: Path, params_dict) -> None:
     assert pending(campaign, seeds=[2]) == [("sst2", "ce", 2), ("sst2", "joint", 2)]
     with pytest.raises(UserError, match="is not prepared: run `aclpipe campaign prepare"):
         run_pending(campaign, 2, Console(file=io.StringIO()))
-    # a failing run leaves its traceback in its log (here: no prepared data)
+    # a failing run leaves its traceback in its log (here: no prepared data); the log of an
+    # earlier, killed attempt is replaced by a new file, so its birth is this attempt's start
+    log = Layout(path.parent).run_log("sst2", "joint", 2)
+    log.parent.mkdir(parents=True)
+    log.write_text("killed attempt\n")
+    stale = log.with_name("stale.log")
+    stale.hardlink_to(log)  # keeps the old file; it would follow a truncation in place
     with pytest.raises(UserError):
         _run_logged(str(path), "run", "sst2", "joint", 2, 1)
-    log = Layout(path.parent).run_log("sst2", "joint", 2).read_text()
-    assert "Traceback" in log and "UserError" in log
+    text = log.read_text()
+    assert "Traceback" in text and "UserError" in text and "killed attempt" not in text
+    assert stale.read_text() == "killed attempt\n"  # a new file, not the old one truncated

@@ -289,11 +289,30 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     assert summary["run_seconds"] == 60 + 70 + 10
     assert summary["wall_seconds"] == 100 + 10  # [T0, T0 + 100] and the later run
     assert [(c["n"], c["runs"], c["run_seconds"]) for c in summary["cells"]] == [(4, 2, 130), (8, 1, 10)]
+    assert [(c["min_seconds"], c["max_seconds"]) for c in summary["cells"]] == [(60, 70), (10, 10)]
     assert (summary["first"], summary["last"]) == ("2026-12-04T16:00:00", "2026-12-04T18:00:10")
     # the report counts the runs finished in its own checkout only
     assert wallclock.finished_here(study, wallclock.read(path)) == []
     finish(study.root, "sst2", "ce-n8", 1, T0, T0 + 1)
     assert [r["n"] for r in wallclock.finished_here(study, wallclock.read(path))] == ["8"]
+
+
+def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, params_dict) -> None:
+    from aclpipe.study.fewshot_markdown import _wallclock
+
+    study = load_campaign(write_study(tmp_path, params_dict(None)))
+    rows = [
+        {"task": "sst2", "run": run, "n": "4", "seed": "1", "start_utc": start,
+         "end_utc": end, "seconds": seconds}
+        for run, start, end, seconds in [
+            ("ce", "2026-12-04T16:00:00", "2026-12-04T16:01:00", "60"),
+            ("scl", "2026-12-04T16:00:30", "2026-12-04T16:02:30", "120"),
+        ]
+    ]  # fmt: skip
+    text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
+    assert "2 of the 3 finished runs are timed (1 ran before the ledger, untimed)" in text
+    assert "| 4 | sst2 | 2 | 90 (60-120) | 0.05 |" in text
+    assert _wallclock(study, None, finished=3) == []
 
 
 def test_birth_time_of_a_new_file_is_read_where_the_file_system_keeps_it(tmp_path) -> None:

@@ -148,6 +148,7 @@ def _run_logged(path: str, kind: str, task: str, run: str, seed: int, threads: i
     campaign = load_campaign(Path(path))
     log = campaign.layout.run_log(task, run if kind == RUN else f"tune-{run}", seed)
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)  # a new file: its birth is this attempt's start (wallclock)
     one = run_one if kind == RUN else tune_one
     with open(log, "w", encoding="utf-8") as f:
         try:

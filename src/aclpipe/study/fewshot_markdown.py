@@ -174,13 +174,15 @@ def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[st
         f"{clock['run_seconds'] / 3600:.1f} h of run time (a run: its log's first to last "
         f"write; training, dev scoring and start-up) in {clock['wall_seconds'] / 3600:.1f} h of "
         "wall clock (the union of the runs' intervals: runs side by side count once, the "
-        "time between sessions not at all).",
+        "time between sessions not at all). The runs shared the machine with whatever else "
+        "ran on it (the sessions' own tests and builds), so the runs of one cell differ in "
+        "time: the table gives the fastest and the slowest.",
         "",
-        "| N | task | runs timed | seconds a run (mean) | run time (h) |",
+        "| N | task | runs timed | seconds a run: mean (fastest-slowest) | run time (h) |",
         "| --- | --- | --- | --- | --- |",
         *(
-            f"| {c['n']} | {c['task']} | {c['runs']} | {c['mean_seconds']:.0f} | "
-            f"{c['run_seconds'] / 3600:.2f} |"
+            f"| {c['n']} | {c['task']} | {c['runs']} | {c['mean_seconds']:.0f} "
+            f"({c['min_seconds']}-{c['max_seconds']}) | {c['run_seconds'] / 3600:.2f} |"
             for c in clock["cells"]
         ),
         "",

@@ -121,7 +121,8 @@ def union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 def summarise(rows: list[dict]) -> dict:
     """``{"runs", "run_seconds", "wall_seconds", "first", "last", "cells": [{"n", "task",
-    "runs", "mean_seconds", "run_seconds"}]}`` of the ledger's rows."""
+    "runs", "mean_seconds", "min_seconds", "max_seconds", "run_seconds"}]}`` of the ledger's
+    rows."""
 
     def parse(stamp: str) -> float:
         return datetime.datetime.strptime(stamp, _STAMP).replace(tzinfo=datetime.UTC).timestamp()
@@ -138,7 +139,7 @@ def summarise(rows: list[dict]) -> dict:
         "last": max((r["end_utc"] for r in rows), default=None),
         "cells": [
             {"n": n, "task": task, "runs": len(s), "mean_seconds": sum(s) / len(s),
-             "run_seconds": sum(s)}  # fmt: skip
+             "min_seconds": min(s), "max_seconds": max(s), "run_seconds": sum(s)}  # fmt: skip
             for (n, task), s in sorted(cells.items())
         ],
     }
