@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +23,18 @@ from aclpipe.study.fewshot_report import (
     ON,
     _weighted_sd,
     against_majority,
+    quantiles,
     spread_claim,
     spread_ratio,
 )
 from aclpipe.study.measures import Measure
+from aclpipe.study.verdicts import Rules
 
 STUDY = {
     "tasks": ["sst2"],
     "seeds": [1, 2, 3],
     "runs": ["ce", "acl-nograd"],
+    "verdicts": {"resamples": 2000},
     "variants": {"acl-nograd": {"method": "acl", "set": {"acl_grad": False}}},
     "fewshot": [4, 8],
     "fewshot_settings": {4: {"train": {"epochs": 3}}, 8: {"train": {"epochs": 2}}},
@@ -94,7 +98,7 @@ def test_weighted_sd_is_the_sd_of_the_drawn_multiset() -> None:
         assert _weighted_sd(values, counts)[r] == pytest.approx(np.std(multiset, ddof=1))
 
 
-def test_spread_ratio_of_a_constant_baseline_is_undefined_and_of_itself_one() -> None:
+def test_spread_ratio_against_a_constant_baseline_is_infinite_and_of_itself_one() -> None:
     from aclpipe.data.tasks import get_task
 
     task, rng = get_task("sst2"), np.random.default_rng(1)
@@ -104,7 +108,20 @@ def test_spread_ratio_of_a_constant_baseline_is_undefined_and_of_itself_one() ->
     assert same["ratio"] == pytest.approx(1.0) and same["low"] == same["high"] == pytest.approx(1)
     assert same["verdict"] == "inconclusive"
     constant = {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in range(1, 6)}
-    assert spread_ratio(task, runs, constant, labels, 200)["verdict"].startswith("undefined")
+    varied = spread_ratio(task, runs, constant, labels, 200)  # B never varies, A does
+    assert varied["ratio"] is None and varied["high"] == np.inf and varied["verdict"] == "higher"
+    steady = spread_ratio(task, constant, constant, labels, 200)  # 0 / 0 in every resample
+    assert steady["verdict"].startswith("undefined") and steady["undefined_share"] == 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_quantiles_are_numpys_and_reach_inf_where_they_interpolate_towards_it(seed) -> None:
+    values = np.random.default_rng(seed).normal(size=41)
+    values[[3, 7]] = np.nan
+    assert quantiles(values, [0.025, 0.5, 0.975]) == list(np.nanquantile(values, [0.025, 0.5, 0.975]))
+    # by hand: 0..9 and one inf, 11 values: q 0.5 sits on 5; q 0.95 between 9 and inf
+    values = np.r_[np.arange(10.0), np.inf, np.nan]
+    assert quantiles(values, [0.0, 0.5, 0.9, 0.95, 1.0]) == [0.0, 5.0, 9.0, np.inf, np.inf]
 
 
 def test_a_method_is_above_on_or_below_the_majority_class() -> None:
@@ -117,7 +134,7 @@ def test_a_method_is_above_on_or_below_the_majority_class() -> None:
     perfect = {s: Measure("final", labels[None]) for s in (1, 2, 3)}
     minority = {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in (1, 2, 3)}  # 25%
     mixed = {s: Measure("final", np.r_[np.ones(38), np.zeros(2)][None].astype(int)) for s in (1, 2, 3)}
-    verdict = {name: against_majority(task, runs, floor, labels, 200)["verdict"]
+    verdict = {name: against_majority(task, runs, floor, labels, Rules(resamples=200))["verdict"]
                for name, runs in (("ce", perfect), ("scl", minority), ("acl", mixed))}  # fmt: skip
     assert verdict == {"ce": "better", "scl": BELOW, "acl": ON}  # acl: 2 more of 40 right, not told apart
     cell = {"task": "sst2", "n": 20, "majority": 0.75,
@@ -125,6 +142,8 @@ def test_a_method_is_above_on_or_below_the_majority_class() -> None:
     assert _on_majority([cell]) == ["- sst2 at N = 20: scl, acl at or below the majority class (75.0); scl below it"]
     cell["runs"]["ce"]["vs_majority"]["verdict"] = ON
     assert _on_majority([cell])[0].endswith("(75.0); scl below it: its comparisons are uninformative")
+    cell["task"] = "cola"  # under Matthews correlation a constant guess scores 0 whatever it guesses
+    assert _on_majority([cell])[0].startswith("- cola at N = 20: every method at or below chance (MCC 0);")
 
 
 def test_a_spread_between_majority_guessers_is_uninformative() -> None:
@@ -140,14 +159,56 @@ def test_a_spread_between_majority_guessers_is_uninformative() -> None:
     assert judged == spread_ratio(task, measures["scl"], measures["ce"], labels, 200)
     unjudged = spread_claim(task, measures, "scl", "ce", bases, set(), labels, 200)
     assert unjudged == {**judged, "verdict": "uninformative"}  # the numbers stay, shown
+    # only A's beating the majority class makes its spread mean something: a method that
+    # collapses onto one class on every draw has no spread, and is no steadier for it
+    assert spread_claim(task, measures, "scl", "ce", bases, {"ce"}, labels, 200)["verdict"] == "uninformative"
+    collapsed = {**measures, "scl": {s: Measure("final", np.zeros((1, 40), dtype=int)) for s in range(1, 9)}}
+    found = spread_claim(task, collapsed, "scl", "ce", bases, {"ce"}, labels, 200)
+    assert found["high"] == 0.0 and found["verdict"] == "uninformative"  # the ratio alone says "lower"
     assert spread_claim(task, measures, "acl", "ce", bases, set(), labels)["verdict"] == "not run yet"
     assert spread_claim(task, measures, "acl", "ce", ["ce"], set(), labels)["verdict"] == "not in this study"
     few = {run: dict(list(m.items())[:2]) for run, m in measures.items()}
     assert spread_claim(task, few, "scl", "ce", bases, set(), labels)["verdict"].startswith("too few")
 
 
+def reference_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int) -> np.ndarray:
+    """``[R]``: A - B by a plain loop over resamples. ``a``, ``b`` ``[seeds, examples]``: each
+    example right (1) or wrong (0) on the seed's run. Each resample draws examples, then seeds,
+    with replacement (paired.draw's recipe: numpy's default_rng(0), example indices first), and
+    both runs of a drawn seed are scored on the drawn examples."""
+    rng = np.random.default_rng(0)
+    examples = rng.integers(0, a.shape[1], (resamples, a.shape[1]))
+    seeds = rng.integers(0, a.shape[0], (resamples, a.shape[0]))
+    return np.array([
+        np.mean([a[s, examples[r]].mean() - b[s, examples[r]].mean() for s in seeds[r]])
+        for r in range(resamples)
+    ])  # fmt: skip
+
+
+def reference_sd_ratio(a: np.ndarray, b: np.ndarray, resamples: int) -> np.ndarray:
+    """``[R]``: A's sd over the drawn seeds over B's, each seed's score on the drawn examples;
+    +inf where only B's sd is 0, NaN where both are."""
+    rng = np.random.default_rng(0)
+    examples = rng.integers(0, a.shape[1], (resamples, a.shape[1]))
+    seeds = rng.integers(0, a.shape[0], (resamples, a.shape[0]))
+
+    def sd(runs: np.ndarray, r: int) -> float:
+        return float(np.std([runs[s, examples[r]].mean() for s in seeds[r]], ddof=1))
+
+    def ratio(r: int) -> float:
+        top, bottom = sd(a, r), sd(b, r)
+        return top / bottom if bottom > 1e-12 else np.inf if top > 1e-12 else np.nan
+
+    return np.array([ratio(r) for r in range(resamples)])
+
+
 def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkeypatch) -> None:
-    write_study(tmp_path, params_dict(glue_dir))
+    glue = tmp_path / "glue"  # SST-2's 16 dev rows, 12 times: enough examples to resample
+    shutil.copytree(glue_dir, glue)
+    header, *rows = (glue / "SST-2/dev.tsv").read_text().splitlines(keepends=True)
+    (glue / "SST-2/dev.tsv").write_text(header + "".join(rows * 12))
+    seeds = (1, 2, 3, 4)  # 4 draws: a resample draws one draw 4 times at 1.6% (S2 needs < 2.5%)
+    write_study(tmp_path, params_dict(glue), runs=["ce", "scl", "acl", "acl-nograd"], seeds=list(seeds))
     monkeypatch.chdir(tmp_path)
     runner, flag = CliRunner(), ["--campaign", "fewshot/params.yaml"]
     result = runner.invoke(app, ["campaign", "run-pending", "--workers", "1", *flag])
@@ -158,13 +219,13 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     args = ["campaign", "run", "--task", "sst2", "--run", "ce-n4", "--seed", "1", *flag]
     assert runner.invoke(app, args).exit_code == 0  # one run, as a DVC stage runs it
     result = runner.invoke(app, ["campaign", "run-pending", "--workers", "2", *flag])
-    assert result.exit_code == 0 and "11 runs to do, 2 at a time" in result.output, result.output
+    assert result.exit_code == 0 and "31 runs to do, 2 at a time" in result.output, result.output
     assert "fewshot/dvc.yaml:run@3-sst2-8-acl-nograd" in " ".join(result.output.split())
     records = {
         p.parent.name: json.loads(p.read_text())
         for p in (tmp_path / "fewshot/runs/sst2").glob("*/run.json")
     }
-    assert len(records) == 12
+    assert len(records) == 32
     for name, record in records.items():  # the draw is recorded with every run
         run, n, seed = name.rsplit("-n", 1)[0], *map(int, name.rsplit("-n", 1)[1].split("-s"))
         draw = record["data"]["fewshot"]
@@ -177,35 +238,98 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "reports/fewshot/results.json").read_text())
     cell = next(c for c in summary["cells"] if c["n"] == 8)
-    assert cell["finished"] == cell["planned"] == 6
+    assert cell["finished"] == cell["planned"] == 16
     ce = cell["runs"]["ce"]
     metrics = [
         json.loads((tmp_path / f"fewshot/runs/sst2/ce-n8-s{s}/metrics.json").read_text())
-        for s in (1, 2, 3)
+        for s in seeds
     ]
     finals = [m["final_score"] for m in metrics]
-    assert ce["mean"] == pytest.approx(np.mean(finals)) and ce["n"] == 3
+    assert ce["mean"] == pytest.approx(np.mean(finals)) and ce["n"] == 4
     assert ce["sd"] == pytest.approx(np.std(finals, ddof=1))
     assert cell["majority"] == metrics[0]["splits"]["dev"]["majority_score"]
-    allowed = {"better", "comparable", "worse", "inconclusive", "uninformative", "not in this study"}
-    assert {c["verdict"] for c in cell["claims"]} <= allowed
-    spread = next(s for s in cell["spreads"] if s["a"] == "acl")  # acl is not run here
-    assert spread["verdict"] == "not in this study"
+    # the tiny model guesses the majority class, so every claim would be uninformative: to
+    # reach the verdicts, the test sets each run's dev logits (each example right with a chance
+    # per method, drawn anew per run) and reports again
+    rng = np.random.default_rng(7)
+    chance = {"ce": 0.55, "scl": 0.8, "acl": 0.85, "acl-nograd": 0.85}
+    for folder in sorted((tmp_path / "fewshot/runs/sst2").iterdir()):
+        npz = dict(np.load(folder / "predictions.npz"))
+        labels = npz["dev_labels"]
+        hit = rng.random(len(labels)) < chance[folder.name.rsplit("-n", 1)[0]]
+        logits = np.zeros_like(npz["dev_logits"])
+        logits[-1, np.arange(len(labels)), np.where(hit, labels, 1 - labels)] = 1.0
+        np.savez(folder / "predictions.npz", **{**npz, "dev_logits": logits})
+    assert runner.invoke(app, ["campaign", "report", *flag]).exit_code == 0
+    summary = json.loads((tmp_path / "reports/fewshot/results.json").read_text())
+    # every figure against a plain bootstrap written here, from the run folders' logits
+    def right(run: str, n: int) -> np.ndarray:  # [seeds, dev examples]: final exit right
+        out = []
+        for seed in seeds:
+            npz = np.load(tmp_path / f"fewshot/runs/sst2/{run}-n{n}-s{seed}/predictions.npz")
+            out.append((npz["dev_logits"][-1].argmax(-1) == npz["dev_labels"]).astype(float))
+        return np.stack(out)
+
+    judged = 0
+    for cell in summary["cells"]:
+        n, informative = cell["n"], set()
+        for run, entry in cell["runs"].items():
+            ours = right(run, n)
+            assert entry["scores"] == {str(s): pytest.approx(v) for s, v in zip(seeds, ours.mean(axis=1))}
+            counts = records[f"{run}-n{n}-s1"]["data"]["splits"]["train"]["labels"]
+            guess = np.argmax([counts[name] for name in ("0", "1")])  # ties to the lower class
+            labels = np.load(tmp_path / f"fewshot/runs/sst2/{run}-n{n}-s1/predictions.npz")["dev_labels"]
+            floor = np.broadcast_to((labels == guess).astype(float), ours.shape)
+            diffs = reference_bootstrap(ours, floor, 2000)
+            vs = entry["vs_majority"]
+            assert vs["difference"] == pytest.approx(float((ours - floor).mean()))
+            assert [vs["low"], vs["high"]] == pytest.approx(list(np.quantile(diffs, [0.025, 0.975])))
+            informative |= {run} if vs["verdict"] == "better" else set()
+        for row in cell["claims"]:
+            a, b = right(row["a"], n), right(row["b"], n)
+            diffs = reference_bootstrap(a, b, 2000)
+            assert row["difference"] == pytest.approx(float((a - b).mean()))
+            assert [row["low"], row["high"]] == pytest.approx(list(np.quantile(diffs, [0.025, 0.975])))
+            tails = {  # (k + 1) / (R + 1), one-sided
+                "better": (np.sum(diffs <= 1e-12) + 1) / 2001,
+                "worse": (np.sum(diffs >= -1e-12) + 1) / 2001,
+                "comparable": (np.sum(diffs <= -0.01 + 1e-12) + 1) / 2001,
+            }
+            assert [row[f"p_{k}"] for k in tails] == pytest.approx(list(tails.values()))
+            word = next((k for k, p in tails.items() if p <= 0.025), "inconclusive")
+            if not {row["a"], row["b"]} & informative:
+                word = "uninformative"
+            elif row["claim"] == "A3":
+                assert 0 <= row["rule_altered"] <= 1 and row["rule_steps"] > 0  # acl's own log
+                word = word if row["rule_exercised"] else "rule not exercised"
+            assert row["verdict"] == word
+            kind_holds = word == "better" or (row["kind"] == "non-inferiority" and word == "comparable")
+            assert row["holds"] is kind_holds
+            judged += word in ("better", "worse", "comparable", "inconclusive")
+            assert ("holm_p" in row) is (word in ("better", "worse", "comparable", "inconclusive"))
+        for row in cell["spreads"]:
+            a, b = right(row["a"], n), right(row["b"], n)
+            assert row["sd_a"] == pytest.approx(float(np.std(a.mean(axis=1), ddof=1)))
+            ratios = reference_sd_ratio(a, b, 2000)
+            if row["low"] is not None:
+                expected = quantiles(ratios, [0.025, 0.975])  # numpy's, +inf kept (tested above)
+                assert [row["low"], row["high"]] == pytest.approx(list(expected))
+                if row["a"] not in informative:
+                    assert row["verdict"] == "uninformative"
+    assert judged >= 6  # the logits set above reach the verdicts, not just "uninformative"
+    # a rule floor above every rate the runs logged: A3 tests nothing, and leaves the family
+    raw = yaml.safe_load((tmp_path / "fewshot/params.yaml").read_text())
+    raw["campaign"]["verdicts"]["rule_floor"] = 0.99
+    (tmp_path / "fewshot/params.yaml").write_text(yaml.safe_dump(raw))
+    assert runner.invoke(app, ["campaign", "report", *flag]).exit_code == 0
+    floored = json.loads((tmp_path / "reports/fewshot/results.json").read_text())
+    a3 = [r for c in floored["cells"] for r in c["claims"] if r["claim"] == "A3"]
+    assert [(r["verdict"], r["holds"], "holm_p" in r) for r in a3] == [("rule not exercised", False, False)] * 2
     readme = (tmp_path / "reports/fewshot/README.md").read_text()
-    assert "Runs done: 12 of 12" in readme and "## sst2" in readme
+    assert "Runs done: 32 of 32" in readme and "## sst2" in readme and "(provisional:" not in readme
+    assert "| verdict | holds |" in readme and "rule not exercised" in readme
     for png in ("fewshot_scores.png", "fewshot_spread.png"):
         assert (tmp_path / "reports/fewshot" / png).read_bytes()[:4] == b"\x89PNG"
-
-
-@pytest.mark.parametrize(
-    ("low", "high", "word"),
-    [(0.002, 0.03, "better"), (-0.03, -0.001, "worse"), (-0.009, 0.02, "comparable"),
-     (-0.011, 0.02, "inconclusive"), (0.0, 0.0, "comparable")],
-)  # fmt: skip
-def test_verdict_words_follow_the_interval_and_the_margin(low, high, word) -> None:
-    from aclpipe.study.verdicts import MARGIN, verdict
-
-    assert MARGIN == 0.01 and verdict(low, high) == word
 
 
 def test_prepare_seed_needs_a_few_shot_study(tmp_path, params_dict, monkeypatch) -> None:
@@ -219,7 +343,7 @@ def test_prepare_seed_needs_a_few_shot_study(tmp_path, params_dict, monkeypatch)
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict) -> None:
+def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict, monkeypatch) -> None:
     from aclpipe.config import params_from_dict
 
     path = write_study(tmp_path, params_dict(None))
@@ -232,6 +356,13 @@ def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict) -
     assert (params.data.fewshot_examples, params.data.fewshot_seed, params.train.seed) == (8, 2, 2)
     result = CliRunner().invoke(app, [*args[:-1], "7", "--campaign", str(path)])
     assert result.exit_code == 2 and "seed 7 is not in campaign.seeds" in result.output
+    # a glue_dir relative to the study's working folder is printed absolute: the run can be
+    # redone in a folder of its own, away from the default pipeline's data/ and models/
+    path = write_study(tmp_path, params_dict(Path("../shared/glue")))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*args, "--campaign", str(path)])
+    assert result.exit_code == 0 and "in an empty folder" in result.output
+    assert yaml.safe_load(result.output)["data"]["glue_dir"] == str(tmp_path.parent / "shared/glue")
 
 
 # the study's wall clock (aclpipe.study.wallclock): runs timed from their logs, merged into
@@ -279,7 +410,7 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     assert first == rows  # what it returns is what it wrote
     assert first[0] == {"task": "sst2", "run": "acl-nograd", "n": "4", "seed": "1",
                         "start_utc": "2026-12-04T16:00:30", "end_utc": "2026-12-04T16:01:40",
-                        "seconds": "70"}  # fmt: skip
+                        "seconds": "70", "note": ""}  # fmt: skip
     # a later session in another worktree: the first one's logs are gone, its rows stay
     later = tmp_path / "later" / "fewshot"
     finish(later, "sst2", "ce-n8", 1, T0 + 7200, T0 + 7210)
@@ -291,6 +422,18 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     assert [(c["n"], c["runs"], c["run_seconds"]) for c in summary["cells"]] == [(4, 2, 130), (8, 1, 10)]
     assert [(c["min_seconds"], c["max_seconds"]) for c in summary["cells"]] == [(60, 70), (10, 10)]
     assert (summary["first"], summary["last"]) == ("2026-12-04T16:00:00", "2026-12-04T18:00:10")
+    assert summary["notes"] == []
+    # a row corrected by hand says why, and a log read again does not overwrite it
+    ledger = path.read_text().replace(
+        "2026-12-04T16:00:00\t2026-12-04T16:01:00\t60\t", "2026-12-04T16:00:20\t2026-12-04T16:01:00\t40\trerun"
+    )  # fmt: skip
+    path.write_text(ledger)
+    _, rows = wallclock.record(study, worktree)  # its log still gives 16:00:00
+    corrected = [r for r in rows if r["note"]]
+    assert [(r["run"], r["start_utc"], r["seconds"], r["note"]) for r in corrected] == [
+        ("ce", "2026-12-04T16:00:20", "40", "rerun")
+    ]
+    assert wallclock.summarise(rows)["notes"] == corrected
     # the report counts the runs finished in its own checkout only
     assert wallclock.finished_here(study, wallclock.read(path)) == []
     finish(study.root, "sst2", "ce-n8", 1, T0, T0 + 1)
@@ -311,8 +454,11 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
     ]  # fmt: skip
     text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
     assert "2 of the 3 finished runs are timed (1 ran before the ledger, untimed)" in text
-    assert "| 4 | sst2 | 2 | 90 (60-120) | 0.05 |" in text
+    assert "| 4 | sst2 | 2 | 90 (60-120) | 0.05 |" in text and "Corrected by hand" not in text
     assert _wallclock(study, None, finished=3) == []
+    rows[1]["note"] = "rerun after a kill"
+    text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
+    assert "- Corrected by hand: sst2 scl N = 4 seed 1, 2026-12-04T16:00:30 to 2026-12-04T16:02:30: rerun after a kill" in text
 
 
 def test_birth_time_of_a_new_file_is_read_where_the_file_system_keeps_it(tmp_path) -> None:

@@ -49,14 +49,23 @@ def run(campaign: Path, task: str, run: str, seed: int, console: Console) -> Non
 
 
 def params(campaign: Path, task: str, run: str, seed: int) -> None:
-    """Print one run's params as an ordinary params file, headed by the commands that rerun it."""
+    """Print one run's params as an ordinary params file, headed by the commands that rerun it.
+    A relative ``data.glue_dir`` (relative to the folder the study's stages run in, this one)
+    is printed absolute, so the run can be redone in a folder of its own: prepare and finetune
+    write data/ and models/ under the working folder, where in the repository's root they would
+    replace the default pipeline's."""
     import yaml
 
     spec = load_campaign(campaign)
     raw = spec.raw_params(task, run, seed)
+    glue = (raw.get("data") or {}).get("glue_dir")
+    if glue and not Path(glue).is_absolute():
+        raw["data"]["glue_dir"] = str(Path(glue).resolve())
     method = spec.variant(run).method
-    print(f"# {spec.path}, {task} {run} seed {seed}: aclpipe prepare --params FILE --task {task}")
-    print(f"# then: aclpipe finetune --params FILE --task {task} --method {method}")
+    print(f"# {spec.path}, {task} {run} seed {seed}; in an empty folder (prepare and finetune "
+          "write data/ and models/ there):")  # fmt: skip
+    print(f"#   aclpipe prepare --params FILE --task {task}")
+    print(f"#   aclpipe finetune --params FILE --task {task} --method {method}")
     print(yaml.safe_dump(raw, sort_keys=False), end="")
 
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from aclpipe.data.tasks import get_task
 from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
-from aclpipe.study import verdicts
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.wallclock import LEDGER
 
@@ -39,7 +39,8 @@ def _recipe(campaign: Campaign) -> list[str]:
         for name in ("scl", "acl")
     )
     return [
-        f"Same for every method (fewshot/params.yaml, fixed before any result): batch "
+        f"Same for every method ({campaign.path}; its header says when and why each setting "
+        f"was fixed). Batch "
         f"{train.get('batch_size')}, lr {train.get('lr')} (heads {train.get('head_lr')}), "
         f"warm-up {train.get('warmup_ratio')} of the steps, weight decay "
         f"{train.get('weight_decay')}, clipping {train.get('max_grad_norm')}; {knobs}. "
@@ -63,7 +64,7 @@ def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]
                 row.append("not run yet")
                 continue
             sd = f" ± {_pts(e['sd'])}" if e["sd"] is not None else ""
-            on = _MAJORITY_MARK.get(e["vs_majority"]["verdict"], "")
+            on = _said(_MAJORITY_MARK.get(e["vs_majority"]["verdict"], ""), task)
             draws = f"{e['n']} draw{'s' if e['n'] > 1 else ''}"
             row.append(f"{_pts(e['mean'])}{sd} {_interval(e, False)}, {draws}{on}")
         row.append(_pts(cell.get("majority")))
@@ -71,33 +72,45 @@ def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]
     return lines
 
 
-def _claims_table(cells: list[dict], task: str) -> list[str]:
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _partial(draws: int, planned: int) -> str:
+    """A verdict's mark where it rests on fewer draws than planned."""
+    if draws == 1:
+        return " (1 draw: examples only)"
+    return f" (provisional: {draws} of {planned} draws)" if draws < planned else ""
+
+
+def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
     lines = [
-        "| N | claim | question | A - B | 95% interval | p (one-sided) | draws | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| N | claim | question | A - B | 95% interval | p (one-sided) | Holm p | draws | "
+        "verdict | holds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for cell in (c for c in cells if c["task"] == task):
         for row in cell.get("claims", []):
             if "difference" not in row:
                 cols = f"{cell['n']} | {row['claim']} | {row['question']}"
-                lines.append(f"| {cols} | | | | | {row['verdict']} |")
+                lines.append(f"| {cols} | | | | | | {row['verdict']} | |")
                 continue
             question = row["question"]
-            altered = cell["runs"].get(row["a"], {}).get("angles", {}).get("altered_rate")
-            if row["claim"] == "A3" and altered:  # CLAIMS.md A3: testable only where it fires
-                question += (
-                    f"; the rule dropped the ACL term at {100 * altered['mean']:.1f}% of steps"
-                )
+            if "rule_altered" in row:  # CLAIMS.md A3: testable only where the rule fires
+                question += f"; the rule altered {100 * row['rule_altered']:.1f}% of steps"
+            holm = (
+                f"{_p(row['holm_p'])} ± {row['holm_mc_error']:.3f}" if "holm_p" in row else ""
+            )
             lines.append(
                 f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
-                f"| {_interval(row)} | {row['p']:.3f} | {len(row['seeds'])} | {row['verdict']}"
-                + (" (1 draw: examples only)" if len(row["seeds"]) == 1 else "")
-                + " |"
+                f"| {_interval(row)} | {_p(row['p'])} | {holm} | {len(row['seeds'])} | "
+                f"{row['verdict']}{_partial(len(row['seeds']), planned)} | "
+                f"{'yes' if row['holds'] else 'no'} |"
             )
     return lines
 
 
-def _spread_table(cells: list[dict], task: str) -> list[str]:
+def _spread_table(cells: list[dict], task: str, planned: int) -> list[str]:
     lines = [
         "| N | question | sd A | sd B | ratio A / B | 95% interval | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -111,7 +124,7 @@ def _spread_table(cells: list[dict], task: str) -> list[str]:
             interval = "" if row["low"] is None else f"[{row['low']:.2f}, {row['high']:.2f}]"
             lines.append(
                 f"| {cell['n']} | {row['question']} | {_pts(row['sd_a'])} | {_pts(row['sd_b'])} "
-                f"| {ratio} | {interval} | {row['verdict']} |"
+                f"| {ratio} | {interval} | {row['verdict']}{_partial(len(row['draws']), planned)} |"
             )
     return lines
 
@@ -126,7 +139,7 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
             v = e["vs_majority"] if e else None
             row.append(
                 "not run yet" if v is None
-                else f"{_pts(v['difference'], True)} {_interval(v)} {v['verdict']}"
+                else f"{_pts(v['difference'], True)} {_interval(v)} {_said(v['verdict'], task)}"
             )  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -136,6 +149,22 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
 # on it (not told apart) or below it (the interval lies under 0)
 ON, BELOW = "on the majority class", "below the majority class"
 _MAJORITY_MARK = {ON: " (on majority)", BELOW: " (below majority)"}  # the score table's cells
+
+
+def _floor(task: str) -> str:
+    """What a constant guess is on the task: under Matthews correlation every prediction that
+    ignores the input scores 0, chance, whichever class it guesses."""
+    return "chance (MCC 0)" if "mcc" in get_task(task).metrics else "the majority class"
+
+
+def _said(text: str, task: str) -> str:
+    """``text`` about the majority class, worded for the task (``_floor``)."""
+    if "mcc" not in get_task(task).metrics:
+        return text
+    for majority, chance in (("on the majority class", "at chance"), ("on majority", "at chance"),
+                             ("the majority class", "chance"), ("majority", "chance")):  # fmt: skip
+        text = text.replace(majority, chance)
+    return text
 
 
 def _on_majority(cells: list[dict]) -> list[str]:
@@ -149,9 +178,11 @@ def _on_majority(cells: list[dict]) -> list[str]:
             continue
         every = len(failing) == len(cell["runs"])
         below = [r for r in failing if verdict[r] == BELOW]
+        floor = _floor(cell["task"])
+        where = floor if "MCC" in floor else f"{floor} ({_pts(cell['majority'])})"
         out.append(
             f"- {cell['task']} at N = {cell['n']}: {'every method' if every else ', '.join(failing)} "
-            f"at or below the majority class ({_pts(cell['majority'])})"
+            f"at or below {where}"
             + (f"; {', '.join(below)} below it" if below else "")
             + (": its comparisons are uninformative" if every else "")
         )
@@ -186,14 +217,20 @@ def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[st
             for c in clock["cells"]
         ),
         "",
+        *(
+            f"- Corrected by hand: {r['task']} {r['run']} N = {r['n']} seed {r['seed']}, "
+            f"{r['start_utc']} to {r['end_utc']}: {r['note']}"
+            for r in clock.get("notes", [])
+        ),
+        *([""] if clock.get("notes") else []),
     ]
 
 
 def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
     finished = sum(c["finished"] for c in cells)
-    planned = sum(c["planned"] for c in cells)
+    planned, draws, rules = sum(c["planned"] for c in cells), len(campaign.seeds), campaign.verdicts
     lines = [
-        "# Few-shot: SCL's claims and ACL where contrastive terms matter most",
+        "# Few-shot: SCL's claims in their own regime, and ACL beside them",
         "",
         f"Runs done: {finished} of {planned} ({len(campaign.seeds)} draws planned per task, N "
         "and method; a row over fewer draws is partial, its verdict provisional). Generated by "
@@ -207,14 +244,25 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "once on the full dev set. Scores x100; CoLA's is Matthews correlation (its majority "
         "class scores 0).",
         "",
-        "How a claim is judged: the paired bootstrap over draws and dev examples (2,000 "
-        "resamples; ../../src/aclpipe/study/paired.py), on the draws both runs have. Verdicts: "
-        "**better** / **worse** when the 95% interval of A - B excludes 0; **comparable** when "
-        f"not better and its lower end lies above -{100 * verdicts.MARGIN:g} point (non-inferior "
-        "at a margin fixed in advance); **inconclusive** otherwise; **uninformative** when "
-        "neither run beats the majority class. Spread (S2): the ratio of the sds over draws "
-        "with a bootstrap interval from the same resamples; **lower** when it lies below 1 "
-        "(uninformative, too, when neither run beats the majority class).",
+        "How a claim is judged, as the campaign judges its own (reports/README.md; "
+        "../../src/aclpipe/study/verdicts.py), under campaign.verdicts of "
+        f"{campaign.path}: the paired bootstrap over draws and dev examples "
+        f"({rules.resamples:,} resamples), on the draws both runs have, gives A - B with its "
+        "95% interval and three one-sided tests. **better** / **worse** when the tail beyond 0 "
+        f"is at most {100 * rules.alpha:g}%; **comparable** when, not better, A is no worse than "
+        f"B by {100 * rules.margin:g} point (the margin fixed in advance); **inconclusive** "
+        "otherwise; the p shown is the verdict's own. A claim **holds** as its paper words it: "
+        "one that A beats or helps B when better, one that A \"outperforms or performs "
+        "comparably\" when better or comparable. **uninformative** when neither run beats its "
+        "draws' majority class; A3 is **rule not exercised** where ACL-Grad's rule altered "
+        f"under {100 * rules.rule_floor:g}% of the steps. Holm p: Holm's step-down over a "
+        "task's judged claims at every N, ± its Monte Carlo error. A1 is the ACL paper's claim "
+        "on full training sets with BERT-base and RoBERTa (../shared/CLAIMS.md): here it "
+        "is tested outside that regime. Spread (S2): the ratio of the sds over draws with a "
+        "bootstrap interval from the same resamples; **lower** when it lies below 1, "
+        "**uninformative** unless A beats the majority class (a method that guesses one class "
+        "varies little without being steadier). A row over fewer draws than planned is "
+        "**provisional**.",
         "",
         "## Recipe",
         "",
@@ -243,13 +291,15 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
             "",
             "Claims (final exit):",
             "",
-            *_claims_table(cells, task),
+            *_claims_table(cells, task, draws),
             "",
-            "Spread over draws (S2):",
+            "Spread over draws (S2; the sds over the draws both methods have, where the score "
+            "table's are over each method's own):",
             "",
-            *_spread_table(cells, task),
+            *_spread_table(cells, task, draws),
             "",
-            "Against the majority class (method - majority, 95% interval):",
+            f"Against {_floor(task)}: the method's score minus that of a constant guess of its "
+            "draws' majority class, 95% interval:",
             "",
             *_majority_table(campaign, cells, task),
             "",

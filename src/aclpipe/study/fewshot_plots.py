@@ -5,6 +5,8 @@
   majority-class score dotted;
 - ``fewshot_spread.png``: per task, each method's sd over draws against N (S2's measure).
 
+A point over fewer draws than planned (a partial cell) is drawn hollow.
+
 One colour per method, the same in both figures and in the campaign's (``campaign_plots.colours``
 over the study's runs of the file).
 """
@@ -46,18 +48,40 @@ def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dic
     return [n for n, _ in points], [e for _, e in points]
 
 
+def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: int,
+          colour, label: str) -> bool:  # fmt: skip
+    """A method's line, its points filled where every planned draw is in and hollow where
+    not; whether any point is hollow."""
+    ax.plot(sizes, values, color=colour, label=label)
+    partial = [d < planned for d in draws]
+    for hollow in (False, True):
+        chosen = [(n, v) for n, v, p in zip(sizes, values, partial) if p is hollow]
+        if chosen:
+            ax.plot(*zip(*chosen), linestyle="none", marker="o", markeredgecolor=colour,
+                    markerfacecolor="white" if hollow else colour)  # fmt: skip
+    return any(partial)
+
+
+def _legend(ax, loc: str, partial: bool) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc=loc, title="hollow: fewer draws than planned" if partial else None,
+                  title_fontsize=7)  # fmt: skip
+
+
 def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Score against N per task: mean over draws, a band of +-1 sd, the majority dotted."""
     fig, axes = _grid(campaign, 3.6)
-    colours = _colours(campaign)
+    colours, planned = _colours(campaign), len(campaign.seeds)
     for ax, task in zip(axes, campaign.tasks):
+        partial = False
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
             if not sizes:
                 continue
             mean = [100 * e["mean"] for e in entries]
             sd = [100 * (e["sd"] or 0.0) for e in entries]
-            ax.plot(sizes, mean, marker="o", color=colour, label=run)
+            draws = [e["n"] for e in entries]
+            partial |= _line(ax, sizes, mean, draws, planned, colour, run)
             ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
                             [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
         majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
@@ -66,24 +90,24 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
                        label=f"majority class ({100 * majority[0]:.1f})")  # fmt: skip
         _axis(ax, campaign, task)
         ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
+        _legend(ax, "lower right", partial)
     _save(fig, path)
 
 
 def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Each method's sd over draws (x100) against N, per task."""
     fig, axes = _grid(campaign, 3.2)
-    colours = _colours(campaign)
+    colours, planned = _colours(campaign), len(campaign.seeds)
     for ax, task in zip(axes, campaign.tasks):
+        partial = False
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
-            points = [(n, 100 * e["sd"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
-            if points:
-                ax.plot(*zip(*points), marker="o", color=colour, label=run)
+            points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
+            if points:  # no sd before a second draw
+                n, sd, draws = (list(x) for x in zip(*points))
+                partial |= _line(ax, n, sd, draws, planned, colour, run)
         _axis(ax, campaign, task)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("sd of the dev score over draws (x100)")
-        if ax.get_legend_handles_labels()[0]:  # no sd before a second draw
-            ax.legend(fontsize=7, loc="upper right")
+        _legend(ax, "upper right", partial)
     _save(fig, path)

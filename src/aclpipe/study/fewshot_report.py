@@ -7,17 +7,23 @@ in the markdown:
 
 - each method's final-exit dev score: the mean over draws, the sample sd over draws and the
   95% interval of ``paired.seed_mean_interval``;
-- the claims (``CLAIMS``): the paired bootstrap over draws and dev examples
-  (``paired.paired_bootstrap``, 2,000 resamples) on the draws both runs have, each run of a
-  draw on the same examples; worded by ``verdicts.verdict`` (better / comparable / worse /
-  inconclusive, margin 1 point);
+- the claims (``CLAIMS``), judged as the campaign's are (``campaign_report._judged``: the
+  paired bootstrap over draws and dev examples on the draws both runs have, each run of a draw
+  on the same examples; ``verdicts.judge`` under ``campaign.verdicts``): better / worse /
+  comparable / inconclusive, and whether the claim *holds* as its paper words it (a
+  superiority claim when better, a non-inferiority one when better or comparable); A3 is
+  *rule not exercised* where ACL-Grad's rule altered under ``rule_floor`` of the steps
+  (``campaign_report._rule_use``); Holm's step-down over each task's tested claims, every N
+  (``verdicts.family``);
 - the spread claim (``SPREADS``, S2): the ratio of the sds over draws, A's over B's, with a 95%
   interval from the same resamples (draws and examples drawn together, ``paired.draw``):
-  ``lower`` when the interval lies below 1, ``higher`` above, else ``inconclusive``;
+  ``lower`` when the interval lies below 1, ``higher`` above, else ``inconclusive``; only
+  where A beats the majority class (a method that guesses one class has no spread to speak
+  of);
 - each method against the majority class (the constant prediction of the draw's most
-  frequent class, scored on the same resamples): ``better`` only when the interval of the
-  difference excludes 0 from above; otherwise the method sits on the majority class, and a
-  claim between two methods that both sit on it is ``uninformative``.
+  frequent class, scored on the same resamples): ``better`` only when its superiority test
+  says so; otherwise the method sits on the majority class (or below it), and a claim between
+  two methods that both do is ``uninformative``.
 """
 
 from __future__ import annotations
@@ -42,16 +48,19 @@ from aclpipe.layout import (
 from aclpipe.study import measures as scoring
 from aclpipe.study import paired, verdicts
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_report import _angles, load_run
+from aclpipe.study.campaign_report import _angles, _judged, _rule_use, load_run
 from aclpipe.study.fewshot_markdown import BELOW, ON
+from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
-# (claim id, question, A, B): "A beats B" on the final exit, per (task, N)
-CLAIMS: list[tuple[str, str, str, str]] = [
-    ("S1", "CE+SCL beats CE", "scl", "ce"),
-    ("A1", "ACL beats CE", "acl", "ce"),
-    ("A1", "ACL beats CE+SCL", "acl", "scl"),
-    ("A3", "ACL-Grad helps ACL (acl against acl-nograd)", "acl", "acl-nograd"),
-]
+# (claim id, question, A, B, kind, the run whose gradient rule it tests): on the final exit,
+# per (task, N), worded as ../shared/CLAIMS.md words them
+CLAIMS: list[tuple[str, str, str, str, str, str | None]] = [
+    ("S1", "CE+SCL beats CE", "scl", "ce", SUPERIORITY, None),
+    ("A1", "ACL outperforms or performs comparably with CE", "acl", "ce", NON_INFERIORITY, None),
+    ("A1", "ACL outperforms or performs comparably with CE+SCL", "acl", "scl", NON_INFERIORITY,
+     None),
+    ("A3", "ACL-Grad helps ACL (acl against acl-nograd)", "acl", "acl-nograd", SUPERIORITY, "acl"),
+]  # fmt: skip
 # (claim id, question, A, B): "A's scores vary less over draws than B's"
 SPREADS: list[tuple[str, str, str, str]] = [
     ("S2", "CE+SCL varies less over draws than CE", "scl", "ce"),
@@ -107,11 +116,11 @@ def check_draws(found: dict[str, dict[int, dict]]) -> None:
 
 def against_majority(
     task, runs: dict[int, scoring.Measure], floor: dict[int, scoring.Measure],
-    labels: np.ndarray, resamples: int = paired.RESAMPLES,
+    labels: np.ndarray, rules: Rules,
 ) -> dict:  # fmt: skip
-    """A method against the majority-class guess of its draws (the paired bootstrap): better,
-    below it (the interval lies under 0), else on it (not told apart)."""
-    found = paired.paired_bootstrap(task, runs, floor, labels, resamples)
+    """A method against the majority-class guess of its draws (the claims' test, superiority):
+    better, below it (worse), else on it (not told apart)."""
+    found = _judged(task, runs, {s: floor[s] for s in runs}, labels, rules, SUPERIORITY)
     return {**found, "verdict": {"better": "better", "worse": BELOW}.get(found["verdict"], ON)}
 
 
@@ -130,7 +139,8 @@ def spread_ratio(
     resamples: int = paired.RESAMPLES, level: float = paired.LEVEL,
 ) -> dict:  # fmt: skip
     """The ratio of A's sd over draws to B's, on the draws both have, with a bootstrap interval
-    over draws and dev examples (the draws of ``paired.draw``, shared by A and B)."""
+    over draws and dev examples (the draws of ``paired.draw``, shared by A and B). A resample
+    where B's sd is 0 gives +inf when A's is not, and is undefined (left out) when both are."""
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 3:
         return {"draws": seeds, "verdict": "too few draws (3 needed)"}
@@ -142,7 +152,8 @@ def spread_ratio(
         values = np.stack([runs[s].values(task, labels, weights) for s in seeds], axis=1)  # [R, n]
         sd[name] = (float(np.std(original, ddof=1)), _weighted_sd(values, counts))
     ratio = np.divide(sd["a"][1], sd["b"][1], out=np.full(resamples, np.nan), where=sd["b"][1] > 0)
-    undefined = float(np.mean(~np.isfinite(ratio)))
+    ratio[(sd["b"][1] == 0) & (sd["a"][1] > 0)] = np.inf
+    undefined = float(np.mean(np.isnan(ratio)))
     out: dict[str, Any] = {
         "draws": seeds,
         "sd_a": sd["a"][0],
@@ -153,24 +164,44 @@ def spread_ratio(
     }
     if undefined > (1 - level) / 2:  # B's sd is 0 too often for the interval to mean anything
         return {**out, "low": None, "high": None, "verdict": "undefined (B's sd over draws is 0)"}
-    low, high = np.nanquantile(ratio, [(1 - level) / 2, 1 - (1 - level) / 2])
+    low, high = quantiles(ratio, [(1 - level) / 2, 1 - (1 - level) / 2])
     verdict = "lower" if high < 1 else "higher" if low > 1 else verdicts.INCONCLUSIVE
     return {**out, "low": float(low), "high": float(high), "verdict": verdict}
 
 
+def quantiles(values: np.ndarray, qs: list[float]) -> list[float]:
+    """``np.nanquantile``'s linear quantiles of ``values`` (NaN left out), where +inf may
+    occur: a quantile that interpolates towards +inf is +inf."""
+    if not np.isinf(values).any():
+        return [float(q) for q in np.nanquantile(values, qs)]
+    ordered = np.sort(values[~np.isnan(values)])
+    out = []
+    for q in qs:
+        position = q * (len(ordered) - 1)
+        lower, upper = int(np.floor(position)), int(np.ceil(position))
+        if np.isinf(ordered[lower]) or (np.isinf(ordered[upper]) and upper > lower):
+            out.append(float(np.inf))
+        else:
+            gap = ordered[upper] - ordered[lower]
+            out.append(float(ordered[lower] + gap * (position - lower)))
+    return out
+
+
 def _weighted_sd(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``[R]``: the sample sd of each resample's drawn seeds (``values [R, n]``, each seed
-    counted ``counts [R, n]`` times)."""
+    counted ``counts [R, n]`` times); float rounding (under ``measures.ROUNDING``) is 0, so a
+    resample of equal scores has no spread."""
     total = counts.sum(axis=1)  # [R]
     mean = (counts * values).sum(axis=1) / total
-    return np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / (total - 1))
+    sd = np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / (total - 1))
+    return np.where(sd < scoring.ROUNDING, 0.0, sd)
 
 
-def summarise_cell(
-    campaign: Campaign, task_name: str, n: int, resamples: int = paired.RESAMPLES
-) -> dict:
-    """Every figure of one (task, N): scores, claims, spreads, the majority class."""
-    task = get_task(task_name)
+def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
+    """Every figure of one (task, N): scores, claims, spreads, the majority class, under the
+    study's ``campaign.verdicts``; the family-wise columns are ``family``'s, over every N."""
+    task, rules = get_task(task_name), campaign.verdicts
+    resamples = rules.resamples
     found = load_cell(campaign, task_name, n)
     runs = [r for r in campaign.runs if campaign.fewshot_runs[r][1] == n]
     bases = [campaign.fewshot_runs[r][0] for r in runs]
@@ -202,21 +233,25 @@ def summarise_cell(
             s: float(m.values(task, labels, np.ones((1, len(labels))))[0])
             for s, m in sorted(measures[run].items())
         }
-        entry["vs_majority"] = against_majority(task, measures[run], floor, labels, resamples)
+        entry["vs_majority"] = against_majority(task, measures[run], floor, labels, rules)
         entry.update(_angles(found[run]))
         out["runs"][run] = entry
     informative = {r for r, e in out["runs"].items() if e["vs_majority"]["verdict"] == "better"}
     out["claims"] = []
-    for claim, question, a, b in CLAIMS:
-        row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b}
+    for claim, question, a, b, kind, rule_run in CLAIMS:
+        row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b, "kind": kind}
         if a not in measures or b not in measures:
             row["verdict"] = "not run yet" if a in bases and b in bases else "not in this study"
+        elif not set(measures[a]) & set(measures[b]):
+            row["verdict"] = "no common seed"
         else:
-            row.update(paired.paired_bootstrap(task, measures[a], measures[b], labels, resamples))
-            if row["verdict"] != "no common seed":
-                row["verdict"] = verdicts.verdict(row["low"], row["high"])
-                if not {a, b} & informative:
-                    row["verdict"] = verdicts.UNINFORMATIVE
+            row.update(_judged(task, measures[a], measures[b], labels, rules, kind))
+            if rule_run is not None:
+                row.update(_rule_use(found[rule_run], row["seeds"], rules))
+            if not {a, b} & informative:
+                row["verdict"], row["holds"] = verdicts.UNINFORMATIVE, False
+            elif rule_run is not None and not row["rule_exercised"]:
+                row["verdict"], row["holds"] = NOT_EXERCISED, False
         out["claims"].append(row)
     out["spreads"] = [
         {"claim": claim, "question": question, "a": a, "b": b,
@@ -230,14 +265,30 @@ def spread_claim(
     task, measures: dict[str, dict[int, scoring.Measure]], a: str, b: str, bases: list[str],
     informative: set[str], labels: np.ndarray, resamples: int = paired.RESAMPLES,
 ) -> dict:  # fmt: skip
-    """S2 for A against B (``spread_ratio``); uninformative where neither beats the majority
-    class (``informative``: the runs that do), as the claims are: a spread of guessing it."""
+    """S2 for A against B (``spread_ratio``); uninformative unless A beats the majority class
+    (``informative``: the runs that do): a method that guesses one class varies little over
+    draws without being any steadier."""
     if a not in measures or b not in measures:
         return {"verdict": "not run yet" if a in bases and b in bases else "not in this study"}
     found = spread_ratio(task, measures[a], measures[b], labels, resamples)
-    if not {a, b} & informative and found.get("low") is not None:
+    if a not in informative and found.get("low") is not None:
         found["verdict"] = verdicts.UNINFORMATIVE
     return found
+
+
+TESTED = ("better", "worse", "comparable", "inconclusive")  # a claim judged: in its task's family
+
+
+def family(cells: list[dict], rules: Rules) -> None:
+    """Holm's step-down (``verdicts.family``) over each task's judged claims, every N, in place:
+    each such claim gets ``holm_p``, ``holm_mc_error`` and ``family_wise``; the uninformative,
+    the unexercised and those not run are left out."""
+    for task in dict.fromkeys(c["task"] for c in cells):
+        tested = [
+            row for c in cells if c["task"] == task
+            for row in c.get("claims", []) if row["verdict"] in TESTED
+        ]  # fmt: skip
+        verdicts.family(tested, rules, rules.resamples)
 
 
 def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
@@ -245,6 +296,7 @@ def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
     from aclpipe.study import fewshot_markdown, fewshot_plots, wallclock
 
     cells = [summarise_cell(campaign, t, n) for t in campaign.tasks for n in campaign.fewshot]
+    family(cells, campaign.verdicts)
     if not any(c["runs"] for c in cells):
         raise UserError(
             f"no finished runs under {campaign.layout.runs()}: run "

@@ -151,28 +151,6 @@ def stable(p: float, error: float, alpha: float = ALPHA, sigmas: float = 3.0) ->
     return abs(p - alpha) > sigmas * error
 
 
-# -- From a 95% interval alone (the few-shot study's tables; aclpipe.study.fewshot_report) --
-# The same words, read off the interval instead of the tails above: better / worse when it
-# excludes 0; comparable when, not better, its lower end lies above -margin; else
-# inconclusive. A comparison where every run sits on the majority class is UNINFORMATIVE.
-
-MARGIN = 0.01  # 1 point of score, fixed before any result (CLAIMS.md, A1)
-BETTER, COMPARABLE, WORSE, INCONCLUSIVE = "better", "comparable", "worse", "inconclusive"
-UNINFORMATIVE = "uninformative"
-
-
-def verdict(low: float, high: float, margin: float = MARGIN) -> str:
-    """better / comparable / worse / inconclusive, from a difference's interval."""
-    if low > ROUNDING:
-        return BETTER
-    if high < -ROUNDING:
-        return WORSE
-    if low > -margin:
-        return COMPARABLE
-    return INCONCLUSIVE
-
-
-def on_majority(low: float, majority: float) -> bool:
-    """Whether a run's score interval reaches the majority-class score (or below): it is
-    not told apart from predicting the most frequent class."""
-    return low <= majority + ROUNDING
+# Words the few-shot study's tables add (aclpipe.study.fewshot_report): a spread ratio whose
+# interval straddles 1, and a comparison where neither run beats the majority class.
+INCONCLUSIVE, UNINFORMATIVE = "inconclusive", "uninformative"

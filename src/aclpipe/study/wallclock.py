@@ -5,7 +5,8 @@ from the run's start to its end, so the log's birth and last-modification times 
 start and end. ``record`` reads them for every finished run (its folder holds run.json) of a
 checkout, which may be another worktree than the one that records (long studies run in
 worktrees at a fixed commit), and merges them into the ledger: rows already there are kept, as
-the logs of an earlier worktree may be gone. ``summarise`` gives what the report prints: the
+the logs of an earlier worktree may be gone. A row corrected by hand says why in its ``note``
+(the report prints it), and a log read later never overwrites it. ``summarise`` gives what the report prints: the
 wall clock the study took (the union of the runs' intervals, so neither the time between
 sessions nor two runs side by side count twice) and the run time per (task, N).
 """
@@ -24,7 +25,7 @@ from aclpipe.layout import RUN_RECORD, Layout
 from aclpipe.study.campaign import Campaign
 
 LEDGER = "wallclock.tsv"  # in the study's folder, beside its params
-FIELDS = ["task", "run", "n", "seed", "start_utc", "end_utc", "seconds"]
+FIELDS = ["task", "run", "n", "seed", "start_utc", "end_utc", "seconds", "note"]
 _STAMP = "%Y-%m-%dT%H:%M:%S"
 
 
@@ -59,7 +60,7 @@ def from_logs(campaign: Campaign, root: Path) -> list[dict]:
                 rows.append({
                     "task": task, "run": base, "n": "" if n is None else str(n), "seed": str(seed),
                     "start_utc": _stamp(times[0]), "end_utc": _stamp(times[1]),
-                    "seconds": str(times[1] - times[0]),
+                    "seconds": str(times[1] - times[0]), "note": "",
                 })  # fmt: skip
     return rows
 
@@ -76,7 +77,7 @@ def read(path: Path) -> list[dict]:
     if not path.exists():
         return []
     with path.open(newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
+        return [{**row, "note": row.get("note") or ""} for row in csv.DictReader(f, delimiter="\t")]
 
 
 def finished_here(campaign: Campaign, rows: list[dict]) -> list[dict]:
@@ -95,7 +96,9 @@ def record(campaign: Campaign, root: Path) -> tuple[Path, list[dict]]:
     """Merge the timed runs of the study folder ``root`` into the ledger; returns its path and
     its rows."""
     rows = {_key(r): r for r in read(ledger_path(campaign))}
-    rows.update({_key(r): r for r in from_logs(campaign, root)})
+    rows.update({
+        _key(r): r for r in from_logs(campaign, root) if not rows.get(_key(r), {}).get("note")
+    })  # fmt: skip
     ordered = sorted(
         rows.values(),
         key=lambda r: (int(r["n"] or 0), r["task"], int(r["seed"]), r["run"]),
@@ -121,8 +124,8 @@ def union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 def summarise(rows: list[dict]) -> dict:
     """``{"runs", "run_seconds", "wall_seconds", "first", "last", "cells": [{"n", "task",
-    "runs", "mean_seconds", "min_seconds", "max_seconds", "run_seconds"}]}`` of the ledger's
-    rows."""
+    "runs", "mean_seconds", "min_seconds", "max_seconds", "run_seconds"}], "notes": [the
+    rows corrected by hand]}`` of the ledger's rows."""
 
     def parse(stamp: str) -> float:
         return datetime.datetime.strptime(stamp, _STAMP).replace(tzinfo=datetime.UTC).timestamp()
@@ -142,4 +145,5 @@ def summarise(rows: list[dict]) -> dict:
              "min_seconds": min(s), "max_seconds": max(s), "run_seconds": sum(s)}  # fmt: skip
             for (n, task), s in sorted(cells.items())
         ],
+        "notes": [r for r in rows if r.get("note")],
     }
