@@ -98,6 +98,15 @@ def test_prepare_draws_from_train_without_the_validation_split(
     assert draw["per_stratum"] == {"0": 5, "1": 5} and draw["seed"] == 4
     written = [json.loads(line) for line in (tmp_path / "d/train.jsonl").read_text().splitlines()]
     assert [r["label"] for r in written] == [rows[i].label for i in draw["ids"]]
+    # the rows written are the drawn rows themselves, not others with the same labels
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(params.model.name)
+    expected = [
+        tokenizer(rows[i].text_a, truncation=True, max_length=params.data.max_length)["input_ids"]
+        for i in draw["ids"]
+    ]
+    assert [r["input_ids"] for r in written] == expected
     assert not (tmp_path / "d/validation.jsonl").exists()  # no validation split is written
     assert set(meta["splits"]) == {"train", "dev"} and meta["splits"]["dev"]["examples"] == 16
     again = prepare(SST2, params.data, params.model.name, tmp_path / "e", glue_dir)
