@@ -275,10 +275,10 @@ def _against_majority(task, found: dict, data: dict | None, labels, rules) -> di
     if label is None or not ce:
         return {"verdict": "not run yet"}
     constant = scoring.Measure("final", np.full((1, len(labels)), label))
-    return _judged(task, ce, {s: constant for s in ce}, labels, rules, SUPERIORITY)
+    return judge_pair(task, ce, {s: constant for s in ce}, labels, rules, SUPERIORITY)
 
 
-def _judged(task, a: dict, b: dict, labels, rules, kind: str) -> dict:
+def judge_pair(task, a: dict, b: dict, labels, rules, kind: str) -> dict:
     difference, diffs = paired.bootstrap_differences(task, a, b, labels, rules.resamples)
     low, high = paired.percentile_interval(diffs, paired.LEVEL)
     seeds = sorted(set(a) & set(b))
@@ -324,11 +324,11 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority, refere
     if multi:
         entry["budgets"] = campaign_speed.budgets(by_seed, majority, references)
         entry["cost_curve"] = campaign_speed.cost_curve(task, by_seed)
-    entry.update(_angles(by_seed))
+    entry.update(angle_summary(by_seed))
     return entry
 
 
-def _angles(by_seed: dict) -> dict:
+def angle_summary(by_seed: dict) -> dict:
     from aclpipe.run_log import has_run_log
     from aclpipe.study.angles import read_angles
     from aclpipe.study.angles import summarise as summarise_angles
@@ -374,15 +374,15 @@ def _claim(task, claim, judged: dict, rules) -> dict:
     if not seeds:
         row["verdict"] = "no common seed"
         return row
-    row.update(_judged(task, ma, mb, judged["labels"], rules, kind))
+    row.update(judge_pair(task, ma, mb, judged["labels"], rules, kind))
     if rule_run is not None:
-        row.update(_rule_use(judged["found"][rule_run], seeds, rules))
+        row.update(rule_use(judged["found"][rule_run], seeds, rules))
         if not row["rule_exercised"]:
             row["verdict"], row["holds"] = NOT_EXERCISED, False
     return row
 
 
-def _rule_use(by_seed: dict, seeds: list[int], rules) -> dict:
+def rule_use(by_seed: dict, seeds: list[int], rules) -> dict:
     """The share of training steps the rule run's gradient rule altered, over ``seeds``."""
     from aclpipe.run_log import has_run_log
     from aclpipe.study.angles import read_angles

@@ -7,13 +7,13 @@ in the markdown:
 
 - each method's final-exit dev score: the mean over draws, the sample sd over draws and the
   95% interval of ``paired.seed_mean_interval``;
-- the claims (``CLAIMS``), judged as the campaign's are (``campaign_report._judged``: the
+- the claims (``CLAIMS``), judged as the campaign's are (``campaign_report.judge_pair``: the
   paired bootstrap over draws and dev examples on the draws both runs have, each run of a draw
   on the same examples; ``verdicts.judge`` under ``campaign.verdicts``): better / worse /
   comparable / inconclusive, and whether the claim *holds* as its paper words it (a
   superiority claim when better, a non-inferiority one when better or comparable); A3 is
   *rule not exercised* where ACL-Grad's rule altered under ``rule_floor`` of the steps
-  (``campaign_report._rule_use``); Holm's step-down over each task's tested claims, every N
+  (``campaign_report.rule_use``); Holm's step-down over each task's tested claims, every N
   (``verdicts.family``);
 - the spread claim (``SPREADS``, S2): the ratio of the sds over draws, A's over B's, with a 95%
   interval from the same resamples (draws and examples drawn together, ``paired.draw``):
@@ -48,7 +48,7 @@ from aclpipe.layout import (
 from aclpipe.study import measures as scoring
 from aclpipe.study import paired, verdicts
 from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_report import _angles, _judged, _rule_use, load_run
+from aclpipe.study.campaign_report import angle_summary, judge_pair, load_run, rule_use
 from aclpipe.study.fewshot_markdown import BELOW, ON
 from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
@@ -120,7 +120,7 @@ def against_majority(
 ) -> dict:  # fmt: skip
     """A method against the majority-class guess of its draws (the claims' test, superiority):
     better, below it (worse), else on it (not told apart)."""
-    found = _judged(task, runs, {s: floor[s] for s in runs}, labels, rules, SUPERIORITY)
+    found = judge_pair(task, runs, {s: floor[s] for s in runs}, labels, rules, SUPERIORITY)
     return {**found, "verdict": {"better": "better", "worse": BELOW}.get(found["verdict"], ON)}
 
 
@@ -234,7 +234,7 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
             for s, m in sorted(measures[run].items())
         }
         entry["vs_majority"] = against_majority(task, measures[run], floor, labels, rules)
-        entry.update(_angles(found[run]))
+        entry.update(angle_summary(found[run]))
         out["runs"][run] = entry
     informative = {r for r, e in out["runs"].items() if e["vs_majority"]["verdict"] == "better"}
     out["claims"] = []
@@ -245,9 +245,9 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
         elif not set(measures[a]) & set(measures[b]):
             row["verdict"] = "no common seed"
         else:
-            row.update(_judged(task, measures[a], measures[b], labels, rules, kind))
+            row.update(judge_pair(task, measures[a], measures[b], labels, rules, kind))
             if rule_run is not None:
-                row.update(_rule_use(found[rule_run], row["seeds"], rules))
+                row.update(rule_use(found[rule_run], row["seeds"], rules))
             if not {a, b} & informative:
                 row["verdict"], row["holds"] = verdicts.UNINFORMATIVE, False
             elif rule_run is not None and not row["rule_exercised"]:
