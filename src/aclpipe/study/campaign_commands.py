@@ -96,8 +96,8 @@ def run_pending(
     )
     if done:  # also when some failed: the finished ones are kept and can be recorded
         console.print(
-            f"{len(done)} runs written; record them in DVC's lock with: "
-            f"{campaign_runner.commit_command(spec, done)}",
+            f"{len(done)} runs written; record them in DVC's lock with: aclpipe campaign record "
+            f"--campaign {spec.path} (one pass), or {campaign_runner.commit_command(spec, done)}",
             highlight=False,
         )
     if failed:
@@ -202,6 +202,24 @@ def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
     console.print(
         f"wrote {path} ({len(rows)} runs): {summary['run_seconds'] / 3600:.1f} h of run time in "
         f"{summary['wall_seconds'] / 3600:.1f} h of wall clock",
+        highlight=False,
+    )
+
+
+def record(campaign: Path, everything: bool, console: Console) -> None:
+    """Record the campaign's finished stages in its dvc.lock (``aclpipe.study.record``)."""
+    import time
+
+    from aclpipe.study import record as recording
+
+    spec = load_campaign(campaign)
+    started = time.perf_counter()
+    names, waiting = recording.record(spec, everything)
+    what = "re-recorded" if everything else "recorded"
+    console.print(
+        f"{what} {len(names)} stages in {spec.root / recording.LOCK} "
+        f"({time.perf_counter() - started:.0f} s); {waiting} wait for their runs"
+        + ("" if names else ": nothing new to record"),
         highlight=False,
     )
 
