@@ -44,7 +44,7 @@ class ScriptedPass:
     def __init__(self, every_exit: np.ndarray, lengths: list[int], wrap) -> None:
         self.every_exit, self.lengths, self.wrap = every_exit, lengths, wrap  # [E, B, C]
         self.rows = list(range(len(lengths)))  # original positions of the running rows
-        width = max(lengths)
+        width = max(lengths, default=1)
         self.mask = wrap(np.array([[1] * n + [0] * (width - n) for n in lengths]))  # [B, T]
         self.ran: list[list[int]] = []  # per exit asked for, the rows it ran
 
@@ -97,6 +97,19 @@ def test_loop_equals_policy_on_all_exit_logits(kind: str, policy: str, threshold
         assert np.asarray(got.exit_index).tolist() == [expected[i]]
         assert np.asarray(got.logits).tobytes() == picked[i : i + 1].tobytes()
         assert calls == ["full"] and len(one.ran) == expected[i] + 1
+
+
+@pytest.mark.parametrize("kind", sorted(OPS))
+@pytest.mark.parametrize(("policy", "threshold"), [*grid(CLASSES, len(EXITS))[::5], ("none", None)])
+def test_an_empty_batch_gives_empty_arrays_of_the_engines_kind(kind, policy, threshold) -> None:
+    ops, wrap = OPS[kind]
+    every_exit = np.zeros((len(EXITS), 0, CLASSES), dtype=np.float32)
+    run = ScriptedPass(every_exit, [], wrap)
+    got = run_exits(run, ops, wrap(np.array(EXITS, dtype=np.int64)), policy, threshold,
+                    window_size(policy, threshold), False, 0.1)  # fmt: skip
+    assert tuple(got.logits.shape) == (0, CLASSES) and type(got.logits) is type(wrap(every_exit))
+    assert tuple(got.exit_index.shape) == tuple(got.exit_layer.shape) == (0,)
+    assert len(run.ran) == 1  # one exit asked for, no row run past it
 
 
 @pytest.mark.parametrize("kind", sorted(OPS))

@@ -127,14 +127,15 @@ def run_exits(
         seen, decided = decide(k, last_exit, logits, seen, policy, threshold, window,
                                regression, eps)  # fmt: skip
         leaving = sum(decided)
-        if leaving == 0:
-            continue
-        if leaving == len(decided):  # everyone still running leaves (always at the last exit)
+        if leaving == len(decided):  # everyone still running leaves (always at the last exit;
+            # an empty batch at its first: empty arrays of the engine's kind)
             if active is None:  # nobody left earlier: this exit's logits are the answer
                 out_index = ops.full(batch, k)
                 return EarlyExitResult(logits, out_index, exit_layers[out_index])
             out_logits[active], out_index[active] = logits, k
             break
+        if leaving == 0:
+            continue
         if active is None:
             out_logits, out_index = ops.empty_rows(batch, logits), ops.full(batch, last_exit)
             active = ops.arange(batch)
