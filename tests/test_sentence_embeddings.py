@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,15 @@ from aclpipe.study.sts_report import weighted_ranks, weighted_spearman
 from aclpipe.training.objectives import simcse_sup_loss, simcse_unsup_loss
 
 TAU = 0.05
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
+# docs/bad_inputs.md's rows that link here, in order: the words of the error the tests below check
+DOC_CASES = {
+    "sts-eval-no-scores": "no score column",
+    "sts-eval-score-out-of-range": "outside STS's range 0 to 5",
+    "sts-eval-pooling-not-trained": "trained with mean pooling and cannot give cls",
+    "sentence-method-batch-of-one": "needs at least 2 rows per batch",
+    "sentence-task-with-classifier": "sentence-embedding task: train it with",
+}
 
 
 # Plain references: one anchor at a time, the formula as written -------------------------------
@@ -442,3 +452,17 @@ def test_study_commands_end_to_end(
     assert "| unsup | cls |" not in text  # only the study's poolings
     result = invoke("sts", "run", "--objective", "sup", "--pooling", "mean", "--seed", "1")
     assert result.exit_code == 2 and "unknown objective 'sup'" in result.output
+
+
+def test_docs_show_these_cases() -> None:
+    """docs/bad_inputs.md's rows that link here: these cases, in order, each showing the error
+    its test checks, with four filled cells."""
+    rows = [
+        [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        for line in DOCS.read_text(encoding="utf-8").splitlines()
+        if "test_sentence_embeddings.py" in line and line.startswith("| [")
+    ]
+    assert [re.match(r"\[`([^`]+)`\]", row[0]).group(1) for row in rows] == list(DOC_CASES)
+    for row, message in zip(rows, DOC_CASES.values()):
+        assert len(row) == 4 and all(row), row
+        assert message in row[2], (row[0], row[2])
