@@ -5,9 +5,11 @@ rows, so that the run itself takes about a second and the rest is the backend's:
 worker and importing torch (local pool), starting or joining Ray and its worker (ray). The
 same run in this process, with everything imported, is the baseline.
 
-    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/runner_overhead.py
+    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/runner_overhead.py [--repeats 2]
+        [--out benchmarks/results/runner_overhead.json]
 
-Prints seconds of wall clock per case (``run_pending`` from call to return):
+Prints, and writes to ``--out`` with the machine, its load and the software stack, seconds of
+wall clock per case and repeat (``run_pending`` from call to return):
 - ``in-process``: ``_run_logged`` called here (no backend);
 - ``local``: ``--workers 1`` (a spawned process);
 - ``ray, cold``: ``--backend ray`` with no Ray running (the runner starts one on this
@@ -18,7 +20,9 @@ Prints seconds of wall clock per case (``run_pending`` from call to return):
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 import logging
 import os
 import shutil
@@ -34,7 +38,9 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 from conftest import SPECIAL, WORDS, tiny_params_dict, write_sst2  # noqa: E402
 from rich.console import Console  # noqa: E402
+from threads import machine  # noqa: E402
 
+from aclpipe.atomic import write_text  # noqa: E402
 from aclpipe.study.campaign import load_campaign, prepare_task  # noqa: E402
 from aclpipe.study.campaign_runner import _run_logged, run_pending  # noqa: E402
 
@@ -82,25 +88,69 @@ def timed(root: Path, base: Path, name: str, backend: str | None) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def measure(root: Path, base: Path, tag: str) -> dict[str, float]:
+    """One sample of every case, in the order the module docstring gives them."""
     import ray
 
+    seconds = {"in-process": timed(root, base, f"inproc{tag}", None)}
+    seconds["local"] = timed(root, base, f"local{tag}", "local")
+    seconds["ray, cold"] = timed(root, base, f"ray-cold{tag}", "ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+    try:
+        seconds["ray, joined"] = timed(root, base, f"ray-joined{tag}", "ray")
+        seconds["ray, warm worker"] = timed(root, base, f"ray-warm{tag}", "ray")
+    finally:
+        ray.shutdown()
+    return seconds
+
+
+def main() -> None:
+    import platform
+
+    import ray
+    import transformers
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--repeats", type=int, default=2, help="samples of every case")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/runner_overhead.json"))
+    args = parser.parse_args()
+    out = args.out.resolve()
     torch.set_num_threads(1)
+    load_at_start = os.getloadavg()
+    here = os.getcwd()
+    samples = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         base = project(root)
-        seconds = {"in-process": timed(root, base, "inproc", None)}
-        seconds["local"] = timed(root, base, "local", "local")
-        seconds["ray, cold"] = timed(root, base, "ray-cold", "ray")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
         try:
-            seconds["ray, joined"] = timed(root, base, "ray-joined", "ray")
-            seconds["ray, warm worker"] = timed(root, base, "ray-warm", "ray")
+            for repeat in range(args.repeats):
+                samples.append(measure(root, base, str(repeat)))
+                for name, value in samples[-1].items():
+                    extra = value - samples[-1]["local"]
+                    print(
+                        f"{repeat} {name:18s} {value:6.1f} s   ({extra:+.1f} s against the local pool)"
+                    )
         finally:
-            ray.shutdown()
-    for name, value in seconds.items():
-        extra = value - seconds["local"]
-        print(f"{name:18s} {value:6.1f} s   ({extra:+.1f} s against the local pool)")
+            os.chdir(here)
+    record = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
+        "command": "PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/runner_overhead.py "
+        f"--repeats {args.repeats}",
+        "run": "one ce run of a 3-layer BERT (hidden 32) on 48 SST-2-like rows; "
+        "seconds of wall clock from run_pending's call to its return",
+        "machine": machine(),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": os.getloadavg(),
+        "threads": 1,
+        "stack": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "ray": ray.__version__,
+        },
+        "seconds": {name: [sample[name] for sample in samples] for name in samples[0]},
+    }
+    write_text(out, json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":
