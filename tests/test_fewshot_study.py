@@ -111,7 +111,34 @@ def test_spread_ratio_against_a_constant_baseline_is_infinite_and_of_itself_one(
     varied = spread_ratio(task, runs, constant, labels, 200)  # B never varies, A does
     assert varied["ratio"] is None and varied["high"] == np.inf and varied["verdict"] == "higher"
     steady = spread_ratio(task, constant, constant, labels, 200)  # 0 / 0 in every resample
-    assert steady["verdict"].startswith("undefined") and steady["undefined_share"] == 1.0
+    assert steady["verdict"] == "undefined (neither varies over the draws)"
+    assert steady["undefined_share"] == 1.0
+
+
+def test_spread_ratio_needs_four_draws_and_says_why_it_has_no_interval() -> None:
+    """3 draws: 3 of the 27 equally likely resamples of the seeds repeat one seed (about 11%,
+    past the 2.5% a 95% interval can leave out), so S2 asks for 4 (4 of 256, 1.6%). Where
+    draws 1-3 score alike for both methods, (3/4)^4 = 32% of the resamples have neither sd above
+    0: no interval, and the verdict says how often."""
+    from aclpipe.data.tasks import get_task
+
+    task, rng = get_task("sst2"), np.random.default_rng(2)
+    labels = rng.integers(0, 2, 60)
+    runs = {s: Measure("final", rng.integers(0, 2, (1, 60))) for s in range(1, 5)}
+    other = {s: Measure("final", rng.integers(0, 2, (1, 60))) for s in range(1, 5)}
+    three = spread_ratio(task, {s: runs[s] for s in (1, 2, 3)}, other, labels, resamples=400)
+    assert three == {"draws": [1, 2, 3], "verdict": "too few draws (4 needed)"}
+    four = spread_ratio(task, runs, other, labels, resamples=4000)
+    assert four["undefined_share"] == pytest.approx(4 / 256, abs=0.01) and four["low"] is not None
+    alike = {s: runs[1] for s in (1, 2, 3)} | {4: runs[4]}
+    alike_b = {s: other[1] for s in (1, 2, 3)} | {4: other[4]}
+    found = spread_ratio(task, alike, alike_b, labels, resamples=4000)
+    assert found["sd_b"] > 0 and found["low"] is None
+    assert found["undefined_share"] == pytest.approx(0.75**4, abs=0.03)
+    assert found["verdict"] == (
+        f"undefined (neither sd above 0 in {found['undefined_share']:.0%} of the resamples: "
+        "too few distinct draws)"
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -148,6 +148,10 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
 # a method against its draws' majority-class guess (fewshot_report.against_majority): better,
 # on it (not told apart) or below it (the interval lies under 0)
 ON, BELOW = "on the majority class", "below the majority class"
+# S2's fewest draws: with k draws, k of the k^k equally likely resamples of the draws repeat one
+# draw (both sds 0, the ratio undefined): 11% at 3, past the 2.5% a 95% interval can leave
+# out; 1.6% at 4
+SPREAD_DRAWS = 4
 _MAJORITY_MARK = {ON: " (on majority)", BELOW: " (below majority)"}  # the score table's cells
 
 
@@ -229,6 +233,7 @@ def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[st
 def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
     finished = sum(c["finished"] for c in cells)
     planned, draws, rules = sum(c["planned"] for c in cells), len(campaign.seeds), campaign.verdicts
+    fewer = SPREAD_DRAWS - 1  # the draws at which S2 has no interval
     lines = [
         "# Few-shot: SCL's claims in their own regime, and ACL beside them",
         "",
@@ -261,7 +266,9 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "is tested outside that regime. Spread (S2): the ratio of the sds over draws with a "
         "bootstrap interval from the same resamples; **lower** when it lies below 1, "
         "**uninformative** unless A beats the majority class (a method that guesses one class "
-        "varies little without being steadier). A row over fewer draws than planned is "
+        f"varies little without being steadier); it needs {SPREAD_DRAWS} draws (with {fewer}, "
+        f"{fewer / fewer**fewer:.0%} of the resamples repeat one draw and have no sd). A row over "
+        "fewer draws than planned is "
         "**provisional**.",
         "",
         "## Recipe",

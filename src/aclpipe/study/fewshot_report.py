@@ -49,7 +49,7 @@ from aclpipe.study import measures as scoring
 from aclpipe.study import paired, verdicts
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_report import angle_summary, judge_pair, load_run, rule_use
-from aclpipe.study.fewshot_markdown import BELOW, ON
+from aclpipe.study.fewshot_markdown import BELOW, ON, SPREAD_DRAWS
 from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
 # (claim id, question, A, B, kind, the run whose gradient rule it tests): on the final exit,
@@ -140,10 +140,11 @@ def spread_ratio(
 ) -> dict:  # fmt: skip
     """The ratio of A's sd over draws to B's, on the draws both have, with a bootstrap interval
     over draws and dev examples (the draws of ``paired.draw``, shared by A and B). A resample
-    where B's sd is 0 gives +inf when A's is not, and is undefined (left out) when both are."""
+    where B's sd is 0 gives +inf when A's is not, and is undefined (left out) when both are;
+    past 2.5% of such resamples the ratio gets no interval (``_undefined`` says why)."""
     seeds = sorted(set(a) & set(b))
-    if len(seeds) < 3:
-        return {"draws": seeds, "verdict": "too few draws (3 needed)"}
+    if len(seeds) < SPREAD_DRAWS:
+        return {"draws": seeds, "verdict": f"too few draws ({SPREAD_DRAWS} needed)"}
     weights, counts = paired.draw(len(labels), len(seeds), resamples, 0)
     ones = np.ones((1, len(labels)))
     sd = {}
@@ -162,11 +163,19 @@ def spread_ratio(
         "undefined_share": undefined,
         "resamples": resamples,
     }
-    if undefined > (1 - level) / 2:  # B's sd is 0 too often for the interval to mean anything
-        return {**out, "low": None, "high": None, "verdict": "undefined (B's sd over draws is 0)"}
+    if undefined > (1 - level) / 2:  # 0 / 0 too often for the interval to mean anything
+        return {**out, "low": None, "high": None, "verdict": _undefined(out, undefined)}
     low, high = quantiles(ratio, [(1 - level) / 2, 1 - (1 - level) / 2])
     verdict = "lower" if high < 1 else "higher" if low > 1 else verdicts.INCONCLUSIVE
     return {**out, "low": float(low), "high": float(high), "verdict": verdict}
+
+
+def _undefined(found: dict, share: float) -> str:
+    """Why S2 has no interval: neither method varies over the draws, or too many resamples
+    have neither vary (draws of equal scores drawn alone)."""
+    if found["sd_a"] == 0 and found["sd_b"] == 0:
+        return "undefined (neither varies over the draws)"
+    return f"undefined (neither sd above 0 in {share:.0%} of the resamples: too few distinct draws)"
 
 
 def quantiles(values: np.ndarray, qs: list[float]) -> list[float]:
