@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from aclpipe.cli import app, parse_list
 from aclpipe.errors import UserError
+from aclpipe.host import cpu_name
 from aclpipe.layout import (
     CAMPAIGN,
     CAMPAIGN_PARAMS,
@@ -142,6 +143,7 @@ def test_campaign_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monkey
     assert record["params"]["methods"]["acl"]["acl_grad"] is False
     assert record["environment"]["device"] == "cpu"  # the tiny params set train.device cpu
     assert record["environment"]["torch"] == torch.__version__
+    assert record["environment"]["cpu"] == cpu_name() != ""  # which host: timings differ by CPU
     assert {p.name for p in run_dir.iterdir()} == {
         METRICS, CURVES_JSON, CURVES_CSV, TRAINING_LOG, RUN_RECORD, PREDICTIONS
     }  # fmt: skip

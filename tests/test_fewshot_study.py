@@ -17,6 +17,7 @@ from aclpipe.cli import app
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, Layout
 from aclpipe.study import wallclock
+from aclpipe.study.campaign import environment as campaign_environment
 from aclpipe.study.campaign import load_campaign
 from aclpipe.study.fewshot_report import (
     BELOW,
@@ -28,6 +29,7 @@ from aclpipe.study.fewshot_report import (
     spread_ratio,
 )
 from aclpipe.study.measures import Measure
+from aclpipe.study.stack_check import stack
 from aclpipe.study.verdicts import Rules
 
 STUDY = {
@@ -354,6 +356,8 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     assert [(r["verdict"], r["holds"], "holm_p" in r) for r in a3] == [("rule not exercised", False, False)] * 2
     readme = (tmp_path / "reports/fewshot/README.md").read_text()
     assert "Runs done: 32 of 32" in readme and "## sst2" in readme and "(provisional:" not in readme
+    here = stack({"environment": campaign_environment("cpu")})  # these runs name their CPU
+    assert f"- {here}: 32 runs" in readme and "do not name their CPU" not in readme
     assert "| verdict | holds |" in readme and "rule not exercised" in readme
     for png in ("fewshot_scores.png", "fewshot_spread.png"):
         assert (tmp_path / "reports/fewshot" / png).read_bytes()[:4] == b"\x89PNG"
@@ -486,6 +490,19 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
     rows[1]["note"] = "rerun after a kill"
     text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
     assert "- Corrected by hand: sst2 scl N = 4 seed 1, 2026-12-04T16:00:30 to 2026-12-04T16:02:30: rerun after a kill" in text
+
+
+def test_stacks_section_counts_runs_per_stack_and_says_which_lack_their_cpu() -> None:
+    from aclpipe.study.fewshot_markdown import _stacks
+
+    old = "cpu, torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"  # before run.json named it
+    new = "cpu: AMD EPYC (family 25, model 17), torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"
+    cells = [{"stacks": {old: 3, new: 1}}, {"stacks": {old: 2}}, {"runs": {}}]
+    text = "\n".join(_stacks(cells))
+    assert f"- {old}: 5 runs" in text and f"- {new}: 1 run\n" in text
+    assert "5 of these CPU runs do not name their CPU" in text
+    assert "do not name" not in "\n".join(_stacks([{"stacks": {new: 2}}]))
+    assert _stacks([{"stacks": {}}]) == []
 
 
 def test_birth_time_of_a_new_file_is_read_where_the_file_system_keeps_it(tmp_path) -> None:

@@ -281,3 +281,14 @@ def test_a_damaged_check_is_a_one_line_error(tmp_path: Path) -> None:
     (tmp_path / STACK_CHECK).write_text('{"run": ')
     with pytest.raises(UserError, match=r"is not JSON .*: rerun campaign/stack_check.sh"):
         load_check(tmp_path / STACK_CHECK)
+
+
+def test_a_cpu_run_names_its_cpu_where_run_json_has_it() -> None:
+    assert stack({"environment": STACK}) == "cpu, torch 2.0, transformers 4.0, Python 3.11"
+    named = {**STACK, "cpu": "AMD EPYC (family 25, model 17)"}
+    assert stack({"environment": named}) == (
+        "cpu: AMD EPYC (family 25, model 17), torch 2.0, transformers 4.0, Python 3.11"
+    )
+    gpu = {**named, "device": "NVIDIA H200", "cuda": "12.4"}  # the host CPU of a GPU run: not named
+    assert stack({"environment": gpu}) == "NVIDIA H200, torch 2.0, CUDA 12.4, transformers 4.0, Python 3.11"
+    assert stack({}) == "unrecorded"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study.campaign import Campaign
@@ -230,6 +232,33 @@ def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[st
     ]
 
 
+def _stacks(cells: list[dict]) -> list[str]:
+    """Which stacks and CPUs the finished runs ran on, from their run.json."""
+    counts: collections.Counter = collections.Counter()
+    for cell in cells:
+        counts.update(cell.get("stacks", {}))
+    if not counts:
+        return []
+    unnamed = sum(n for name, n in counts.items() if name.startswith("cpu,"))
+    return [
+        "## Stacks",
+        "",
+        "From each run's run.json (`environment`):",
+        "",
+        *(f"- {name}: {n} run{'s' if n != 1 else ''}" for name, n in sorted(counts.items())),
+        "",
+        *(
+            [
+                f"{unnamed} of these CPU runs do not name their CPU (run.json names it from "
+                "2026-12-05 on): the wall clock's times may come from more than one host.",
+                "",
+            ]
+            if unnamed
+            else []
+        ),
+    ]
+
+
 def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
     finished = sum(c["finished"] for c in cells)
     planned, draws, rules = sum(c["planned"] for c in cells), len(campaign.seeds), campaign.verdicts
@@ -284,6 +313,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
         "",
         *_wallclock(campaign, clock, finished),
+        *_stacks(cells),
     ]
     for task in campaign.tasks:
         if not any(c["runs"] for c in cells if c["task"] == task):

@@ -5,7 +5,8 @@
   majority-class score dotted;
 - ``fewshot_spread.png``: per task, each method's sd over draws against N (S2's measure).
 
-A point over fewer draws than planned (a partial cell) is drawn hollow.
+A point over fewer draws than planned (a partial cell) is drawn hollow. One legend below the
+panels serves them all; the majority line is named on the line.
 
 One colour per method, the same in both figures and in the campaign's (``campaign_plots.colours``
 over the study's runs of the file).
@@ -62,16 +63,34 @@ def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: 
     return any(partial)
 
 
-def _legend(ax, loc: str, partial: bool) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc=loc, title="hollow: fewer draws than planned" if partial else None,
-                  title_fontsize=7)  # fmt: skip
+def _legend(fig, axes, partial: bool) -> None:
+    """One legend for every panel, below them: the methods' colours are the same in each, and a
+    legend inside a panel covered its points (CoLA's, MRPC's)."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=len(handles),
+                   fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
+                   title="hollow point: fewer draws than planned" if partial else None,
+                   title_fontsize=8)  # fmt: skip
+
+
+def _majority(ax, value: float) -> None:
+    """The majority class's score, dotted, named on the line itself (its value differs per task,
+    so it stays out of the shared legend)."""
+    ax.axhline(value, color="grey", linestyle=":", linewidth=1.2)
+    ax.annotate(f"majority class {value:.1f}", (0.02, value), xycoords=("axes fraction", "data"),
+                xytext=(0, 2), textcoords="offset points", fontsize=7, color="dimgrey",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
 
 
 def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Score against N per task: mean over draws, a band of +-1 sd, the majority dotted."""
     fig, axes = _grid(campaign, 3.6)
     colours, planned = _colours(campaign), len(campaign.seeds)
+    anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
         partial = False
         for run, colour in colours.items():
@@ -86,11 +105,11 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
                             [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
         majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
         if majority:
-            ax.axhline(100 * majority[0], color="grey", linestyle=":", linewidth=1.2,
-                       label=f"majority class ({100 * majority[0]:.1f})")  # fmt: skip
+            _majority(ax, 100 * majority[0])
         _axis(ax, campaign, task)
         ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
-        _legend(ax, "lower right", partial)
+        anything_partial |= partial
+    _legend(fig, axes, anything_partial)
     _save(fig, path)
 
 
@@ -98,6 +117,7 @@ def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Each method's sd over draws (x100) against N, per task."""
     fig, axes = _grid(campaign, 3.2)
     colours, planned = _colours(campaign), len(campaign.seeds)
+    anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
         partial = False
         for run, colour in colours.items():
@@ -109,5 +129,6 @@ def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
         _axis(ax, campaign, task)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("sd of the dev score over draws (x100)")
-        _legend(ax, "upper right", partial)
+        anything_partial |= partial
+    _legend(fig, axes, anything_partial)
     _save(fig, path)

@@ -28,6 +28,7 @@ in the markdown:
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from aclpipe.study import paired, verdicts
 from aclpipe.study.campaign import Campaign
 from aclpipe.study.campaign_report import angle_summary, judge_pair, load_run, rule_use
 from aclpipe.study.fewshot_markdown import BELOW, ON, SPREAD_DRAWS
+from aclpipe.study.stack_check import stack
 from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
 # (claim id, question, A, B, kind, the run whose gradient rule it tests): on the final exit,
@@ -220,6 +222,11 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
         "finished": sum(len(s) for s in found.values()),
         "planned": len(bases) * len(campaign.seeds),
         "runs": {},
+        "stacks": dict(
+            collections.Counter(
+                stack(r["record"]) for by_seed in found.values() for r in by_seed.values()
+            )
+        ),
     }
     any_run = next((r for by_seed in found.values() for r in by_seed.values()), None)
     if any_run is None:

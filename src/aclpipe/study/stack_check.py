@@ -17,13 +17,17 @@ ENVIRONMENT = "environment"  # the one part of run.json that names the stack
 
 def stack(record: dict) -> str:
     """The stack a run ran on, as the reports name it: ``NVIDIA H200, torch 2.5.1, CUDA 12.4,
-    transformers 4.46.0, Python 3.11.9``."""
+    transformers 4.46.0, Python 3.11.9``; a CPU run names its CPU where run.json has it
+    (``cpu: AMD EPYC (family 25, model 17), torch ...``; runs before 2026-12-05 say ``cpu``)."""
     env = record.get(ENVIRONMENT)
     if not env:
         return "unrecorded"
     cuda = f", CUDA {env['cuda']}" if env.get("cuda", "none") != "none" else ""
+    device = env.get("device", "?")
+    if device == "cpu" and env.get("cpu"):
+        device = f"cpu: {env['cpu']}"
     return (
-        f"{env.get('device', '?')}, torch {env.get('torch', '?')}{cuda}, "
+        f"{device}, torch {env.get('torch', '?')}{cuda}, "
         f"transformers {env.get('transformers', '?')}, Python {env.get('python', '?')}"
     )
 
