@@ -358,6 +358,7 @@ def test_tiny_study_end_to_end(tmp_path: Path, params_dict, glue_dir: Path, monk
     assert "Runs done: 32 of 32" in readme and "## sst2" in readme and "(provisional:" not in readme
     here = stack({"environment": campaign_environment("cpu")})  # these runs name their CPU
     assert f"- {here}: 32 runs" in readme and "do not name their CPU" not in readme
+    assert "## Verdicts at a glance" in readme and "| task | N | S1 scl - ce |" in readme
     assert "| verdict | holds |" in readme and "rule not exercised" in readme
     for png in ("fewshot_scores.png", "fewshot_spread.png"):
         assert (tmp_path / "reports/fewshot" / png).read_bytes()[:4] == b"\x89PNG"
@@ -490,6 +491,42 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
     rows[1]["note"] = "rerun after a kill"
     text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
     assert "- Corrected by hand: sst2 scl N = 4 seed 1, 2026-12-04T16:00:30 to 2026-12-04T16:02:30: rerun after a kill" in text
+
+
+def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
+    from aclpipe.study.fewshot_markdown import _glance
+
+    def claim(name, a, b, diff, verdict, holds, seeds=10, **holm):
+        return {"claim": name, "a": a, "b": b, "difference": diff, "verdict": verdict,
+                "holds": holds, "seeds": list(range(seeds)), **holm}  # fmt: skip
+
+    def spread(a, ratio, low, high, verdict, draws=10):
+        return {"claim": "S2", "a": a, "b": "ce", "sd_a": 0.05, "ratio": ratio, "low": low,
+                "high": high, "verdict": verdict, "draws": list(range(draws))}  # fmt: skip
+
+    cells = [
+        {"task": "sst2", "n": 20, "claims": [
+            claim("S1", "scl", "ce", 0.018, "better", True, holm_p=0.01, family_wise=True),
+            claim("A1", "acl", "scl", -0.009, "worse", False, holm_p=0.046, family_wise=False),
+        ], "spreads": [spread("scl", 1.18, 0.96, 1.47, "inconclusive")]},
+        {"task": "sst2", "n": 1000, "claims": [
+            claim("S1", "scl", "ce", 0.005, "comparable", False, seeds=3, holm_p=0.2,
+                  family_wise=False),
+            claim("A1", "acl", "scl", -0.02, "uninformative", False),
+        ], "spreads": [spread("scl", None, None, None, "too few draws (4 needed)", draws=3)]},
+        {"task": "rte", "n": 20, "runs": {}},  # nothing finished: no row
+    ]  # fmt: skip
+    lines = _glance(cells, planned=10)
+    assert lines[0] == "| task | N | S1 scl - ce | A1 acl - scl | S2 sd scl / ce |"
+    assert lines[2] == (
+        "| sst2 | 20 | +1.8 better, holds | -0.9 worse (not after Holm) "
+        "| 1.18 [0.96, 1.47] inconclusive |"
+    )
+    assert lines[3] == (
+        "| sst2 | 1000 | +0.5 comparable (not after Holm) (3 of 10 draws) | -2.0 uninformative "
+        "| too few draws (4 needed) |"
+    )
+    assert len(lines) == 4 and _glance([{"task": "rte", "n": 20, "runs": {}}], 10) == []
 
 
 def test_stacks_section_counts_runs_per_stack_and_says_which_lack_their_cpu() -> None:

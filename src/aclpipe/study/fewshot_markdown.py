@@ -131,6 +131,53 @@ def _spread_table(cells: list[dict], task: str, planned: int) -> list[str]:
     return lines
 
 
+def _glance_claim(row: dict, planned: int) -> str:
+    """One claim in a few words: ``+1.8 better, holds``; ``(not after Holm)`` where the verdict
+    does not survive Holm's step-down over the task's claims."""
+    if "difference" not in row:
+        return row["verdict"]
+    text = f"{_pts(row['difference'], True)} {row['verdict']}" + (", holds" if row["holds"] else "")
+    if "holm_p" in row and not row["family_wise"]:
+        text += " (not after Holm)"
+    draws = len(row["seeds"])
+    return text + (f" ({draws} of {planned} draws)" if draws < planned else "")
+
+
+def _glance_spread(row: dict, planned: int) -> str:
+    """One spread ratio in a few words: ``1.18 [0.96, 1.47] inconclusive``."""
+    if "sd_a" not in row or row["ratio"] is None:
+        return row["verdict"]
+    interval = "" if row["low"] is None else f" [{row['low']:.2f}, {row['high']:.2f}]"
+    draws = len(row["draws"])
+    late = f" ({draws} of {planned} draws)" if draws < planned else ""
+    return f"{row['ratio']:.2f}{interval} {row['verdict']}{late}"
+
+
+def _glance(cells: list[dict], planned: int) -> list[str]:
+    """Every verdict on one screen: a row per (task, N), a column per claim (A - B in points and
+    its verdict; S2's ratio of sds). The per-task sections below give the intervals and p."""
+    first = next((c for c in cells if c.get("claims")), None)
+    if first is None:
+        return []
+    claims = [(r["claim"], r["a"], r["b"]) for r in first["claims"]]
+    spreads = [(r["claim"], r["a"], r["b"]) for r in first.get("spreads", [])]
+    head = [f"{c} {a} - {b}" for c, a, b in claims] + [f"{c} sd {a} / {b}" for c, a, b in spreads]
+    lines = [
+        "| task | N | " + " | ".join(head) + " |",
+        "| --- | --- |" + " --- |" * len(head),
+    ]
+    for cell in cells:
+        if not cell.get("claims"):
+            continue
+        row = [cell["task"], str(cell["n"])]
+        found = {(r["claim"], r["a"], r["b"]): r for r in cell["claims"]}
+        row += [_glance_claim(found[k], planned) if k in found else "" for k in claims]
+        found = {(r["claim"], r["a"], r["b"]): r for r in cell.get("spreads", [])}
+        row += [_glance_spread(found[k], planned) if k in found else "" for k in spreads]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
     bases = list(dict.fromkeys(run for run, _ in campaign.fewshot_runs.values()))
     lines = ["| N | " + " | ".join(bases) + " |", "| --- |" + " --- |" * len(bases)]
@@ -307,6 +354,15 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         f"![score against N]({FEWSHOT_SCORES_PNG})",
         "",
         f"![spread over draws]({FEWSHOT_SPREAD_PNG})",
+        "",
+        "## Verdicts at a glance",
+        "",
+        "A - B in points (x100) with its verdict, and whether the claim holds as its paper words "
+        "it; \"not after Holm\" where the verdict does not survive Holm's step-down over the "
+        "task's judged claims (its adjusted p exceeds the level); S2: the ratio of the sds over draws [95% interval]. "
+        "The sections per task below give every interval and p.",
+        "",
+        *_glance(cells, draws),
         "",
         "## Where a method does not beat the majority class",
         "",
