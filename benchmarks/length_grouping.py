@@ -43,7 +43,10 @@ METHODS = ("ce", "acl-cl")
 
 def aclpipe(work: Path, *args: str) -> float:
     """Run one aclpipe command in ``work``; its wall clock in seconds (the whole process)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # the child runs in the scratch folder: this checkout's src, not whichever is installed
+    src = str(ROOT / "src")
+    path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "aclpipe.cli", *args], cwd=work, env=env,
                           capture_output=True, text=True)  # fmt: skip

@@ -494,7 +494,7 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
 
 
 def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
-    from aclpipe.study.fewshot_markdown import _glance
+    from aclpipe.study.fewshot_markdown import _glance, _glance_claim
 
     def claim(name, a, b, diff, verdict, holds, seeds=10, **holm):
         return {"claim": name, "a": a, "b": b, "difference": diff, "verdict": verdict,
@@ -526,6 +526,9 @@ def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
         "| sst2 | 1000 | +0.5 comparable (not after Holm) (3 of 10 draws) | -2.0 uninformative "
         "| too few draws (4 needed) |"
     )
+    # an inconclusive verdict has nothing for Holm to undo: no mark
+    unjudged = claim("A1", "acl", "ce", -0.016, "inconclusive", False, holm_p=1.0, family_wise=False)
+    assert _glance_claim(unjudged, 10) == "-1.6 inconclusive"
     assert len(lines) == 4 and _glance([{"task": "rte", "n": 20, "runs": {}}], 10) == []
 
 

@@ -16,9 +16,9 @@ flags\t\t: fpu sse avx2 avx512f avx512_bf16
 
 processor\t: 1
 vendor_id\t: AuthenticAMD
-cpu family\t: 25
-model\t\t: 17
-model name\t: AMD EPYC 9B14
+cpu family\t: 26
+model\t\t: 2
+model name\t: a second block, never read
 flags\t\t: fpu sse avx2 avx512f avx512_bf16
 """
 

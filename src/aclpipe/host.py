@@ -1,8 +1,8 @@
 """The machine a run or a measurement ran on: its CPU, as /proc/cpuinfo names it.
 
 Two hosts with one library stack train to the same scores but not at the same speed, and a
-run's record that names only "cpu" cannot say which host a timing came from (the few-shot
-study's runs spanned an Intel Xeon and an AMD EPYC across sessions).
+run's record that names only "cpu" cannot say which host a timing came from (this project's
+sessions have run on an Intel Xeon and on an AMD EPYC).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def _glance_claim(row: dict, planned: int) -> str:
     if "difference" not in row:
         return row["verdict"]
     text = f"{_pts(row['difference'], True)} {row['verdict']}" + (", holds" if row["holds"] else "")
-    if "holm_p" in row and not row["family_wise"]:
+    if row["verdict"] in ("better", "worse", "comparable") and not row.get("family_wise"):
         text += " (not after Holm)"
     draws = len(row["seeds"])
     return text + (f" ({draws} of {planned} draws)" if draws < planned else "")

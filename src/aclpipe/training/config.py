@@ -15,8 +15,9 @@ class TrainConfig:
     batch_size: int = 32  # per process
     # batches of rows of similar length (less padding; HF Trainer's group_by_length), in a
     # shuffled order, longest first (aclpipe.training.batch_order); false: a plain shuffle.
-    # padding-free, 1.16-1.27x faster on SST-2 with dev scores within seed noise (README,
-    # Benchmarks; padded, it once cost acl-cl's inner exits 1-2.6 points): off unless asked for
+    # padding-free, 1.16-1.20x faster on SST-2, 3 seeds show no change beyond their spread
+    # (README, Benchmarks; padded, it once cost acl-cl's inner exits 1-2.6 points): off
+    # unless asked for
     group_by_length: bool = False
     # run the encoder's linear layers on real tokens only, padding skipped (the same function,
     # draw for draw; aclpipe.modeling.padding_free): auto = where the family supports it
