@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,8 @@ from pathlib import Path
 
 import yaml
 from threads import machine
+
+from aclpipe.study.campaign import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("ce", "acl-cl")
@@ -73,14 +74,6 @@ def dev_scores(work: Path, method: str) -> list[float]:
         (work / "reports/sst2" / method / "metrics.json").read_text(encoding="utf-8")
     )
     return [round(100 * e["score"], 2) for e in metrics["splits"]["dev"]["per_exit"]]
-
-
-def stack() -> dict:
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}  # fmt: skip
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -149,7 +142,7 @@ def main() -> None:
         "machine": machine(),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
-        "stack": stack(),
+        "stack": environment("cpu"),  # the fields a campaign run records
         "runs": runs,
         "summary": summarise(runs),
     }

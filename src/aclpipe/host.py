@@ -32,10 +32,10 @@ def _cpuinfo() -> dict[str, str]:
     return fields
 
 
-def cpu_name() -> str:
-    """``AMD EPYC 7B13 (family 25, model 1)`` from /proc/cpuinfo; elsewhere what ``platform``
-    knows (``arm``, ``x86_64``), never empty."""
-    fields = _cpuinfo()
+def cpu_name(fields: dict[str, str] | None = None) -> str:
+    """``AMD EPYC 7B13 (family 25, model 1)`` from /proc/cpuinfo (or its ``fields``, read
+    once by the caller); elsewhere what ``platform`` knows (``arm``, ``x86_64``), never empty."""
+    fields = _cpuinfo() if fields is None else fields
     if fields.get("model name"):
         return f"{fields['model name']} (family {fields.get('cpu family')}, model {fields.get('model')})"
     return platform.processor() or platform.machine() or "unknown"
@@ -49,7 +49,7 @@ def machine() -> dict:
     fields = _cpuinfo()
     if not fields:
         return info
-    info["cpu"] = cpu_name()
+    info["cpu"] = cpu_name(fields)
     flags = set(fields.get("flags", "").split())
     info["isa"] = [f for f in ISA_FLAGS if f in flags]
     try:

@@ -92,7 +92,6 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
     colours, planned = _colours(campaign), len(campaign.seeds)
     anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
-        partial = False
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
             if not sizes:
@@ -100,7 +99,7 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
             mean = [100 * e["mean"] for e in entries]
             sd = [100 * (e["sd"] or 0.0) for e in entries]
             draws = [e["n"] for e in entries]
-            partial |= _line(ax, sizes, mean, draws, planned, colour, run)
+            anything_partial |= _line(ax, sizes, mean, draws, planned, colour, run)
             ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
                             [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
         majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
@@ -108,7 +107,6 @@ def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
             _majority(ax, 100 * majority[0])
         _axis(ax, campaign, task)
         ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
-        anything_partial |= partial
     _legend(fig, axes, anything_partial)
     _save(fig, path)
 
@@ -119,16 +117,14 @@ def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
     colours, planned = _colours(campaign), len(campaign.seeds)
     anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
-        partial = False
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
             points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
             if points:  # no sd before a second draw
                 n, sd, draws = (list(x) for x in zip(*points))
-                partial |= _line(ax, n, sd, draws, planned, colour, run)
+                anything_partial |= _line(ax, n, sd, draws, planned, colour, run)
         _axis(ax, campaign, task)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("sd of the dev score over draws (x100)")
-        anything_partial |= partial
     _legend(fig, axes, anything_partial)
     _save(fig, path)
