@@ -1,12 +1,13 @@
 # Two commands do everything on a fresh machine (README.md):
 #   make repro   set up .venv, then run the default DVC pipeline (dvc repro)
 #   make test    set up .venv, then run the test suite offline
-# (make test-fast: the same without the tests marked slow, for the edit-test loop)
+# (make test-fast: the same without the tests marked slow, for the edit-test loop;
+#  make lint: ruff and mypy; make docs: the documentation site into site/)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test test-fast bench lint campaign
+.PHONY: setup repro test test-fast bench lint docs docs-serve campaign
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,4 +36,14 @@ test-fast: setup
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs/gen_reference.py
+	$(VENV)/bin/mypy
+
+# The reference pages (CLI, params) are generated from the code first, then the site is built
+# with broken links and missing pages as errors.
+docs: setup
+	$(PY) docs/gen_reference.py
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: docs
+	$(VENV)/bin/mkdocs serve

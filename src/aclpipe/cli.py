@@ -29,7 +29,7 @@ from aclpipe.cli_options import (
     counts,
     err_console,
     load,
-    names_option,
+    names_help,
     parse_list,
     state,
     task_list,
@@ -49,12 +49,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-MethodOpt = names_option(
-    "--method",
-    "-m",
-    what=f"Method: {', '.join(METHOD_NAMES)}",
-    default="Default: every method in pipeline.methods of the params file.",
-)
+MethodOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        "-m",
+        help=names_help(
+            f"Method: {', '.join(METHOD_NAMES)}",
+            "Default: every method in pipeline.methods of the params file.",
+        ),
+    ),
+]  # written out, not names_option(...), so that a type checker reads it as a type
 
 
 @app.callback()

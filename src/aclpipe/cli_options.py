@@ -17,6 +17,7 @@ from rich.console import Console
 
 from aclpipe.data.tasks import SENTENCE_TASKS, TASKS, Task, get_task
 from aclpipe.errors import UserError
+from aclpipe.extras import missing_extra
 from aclpipe.layout import Layout
 from aclpipe.method_names import check_method  # predict loads nothing of training
 
@@ -29,8 +30,13 @@ LAYOUT = Layout()  # the default pipeline's folders, relative to where aclpipe r
 def names_option(*names: str, what: str = "", default: str = "", hidden: bool = False):
     """A repeatable option of names, each value also read as comma-separated names
     (``parse_list``)."""
-    text = f"{what}; repeat the option, or separate names with commas, for several. {default}"
+    text = names_help(what, default)
     return Annotated[list[str] | None, typer.Option(*names, help=text, hidden=hidden)]
+
+
+def names_help(what: str, default: str) -> str:
+    """The help line of a list option of names (``names_option``)."""
+    return f"{what}; repeat the option, or separate names with commas, for several. {default}"
 
 
 TaskOpt = names_option(
@@ -67,6 +73,11 @@ def user_errors(fn):
             if state["debug"]:
                 raise
             err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except ModuleNotFoundError as err:  # an optional install left out (aclpipe.extras)
+            if state["debug"] or (missing := missing_extra(err)) is None:
+                raise
+            err_console.print(f"error: {missing}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: outputs of the unfinished step were not written")
