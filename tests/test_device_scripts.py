@@ -1,12 +1,12 @@
-"""The lent-GPU campaign scripts (campaign/device/): what can run without a GPU.
+"""The offline-GPU-node batch scripts (campaign/device/): what can run without a GPU.
 
 land.sh runs in full on a scratch checkout (folders landed, kept or skipped, the dvc commit
 line it prints); run.sh's checks before it trains answer with one line each, and run.sh runs
 whole with a stand-in for Python whose "run-pending" finishes one run, leaves another
-half-written and is stopped at the time limit, twice on one warm machine. pack.sh needs
-the package registry and the offline model (it was rehearsed by hand: README, "On a lent
-GPU"); here its wheel list must name distributions installed in this environment, since it
-downloads each at the version installed here.
+half-written and is stopped at the time limit, twice on one node. pack.sh needs the package
+registry and the offline model (docs/scaling.md, "An offline GPU node"); here its wheel list
+must name distributions installed in this environment, since it downloads each at the
+version installed here.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def test_land_without_the_device_files_is_one_line(tmp_path):
     done = _script("land.sh", root, [str(tmp_path / "nowhere")])
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
-        f"error: no runs-NN.tar.gz in {tmp_path / 'nowhere'}: give the folder the run.sh "
-        "call's files came back to"
+        f"error: no runs-NN.tar.gz in {tmp_path / 'nowhere'}: give the copy of run.sh's OUT "
+        "folder"
     ]
     assert not campaign_at(root).runs().exists()
 
@@ -126,13 +126,18 @@ def test_land_without_the_device_files_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("setup", "env", "message"),
     [
-        ("", {}, "OUT is not set: run.sh runs on the device machine, which sets it"),
-        ("out", {}, "error: .device/b is missing: run campaign/device/pack.sh here and carry .device/b"),
+        ("", {}, "OUT is not set: name the folder whose files are copied back, OUT=<folder>"),
+        (
+            "out",
+            {},
+            "error: .device/b is missing: run campaign/device/pack.sh before the batch and copy "
+            ".device/b here",
+        ),
         (
             "out+b",
             {},
-            "error: /STASH/model.safetensors.part-a is missing: call stash.sh first "
-            "(carry .device/a), then this at once",
+            "error: /STASH/model.safetensors.part-a is missing: run stash.sh first "
+            "(with .device/a), then this",
         ),
     ],
 )
@@ -168,8 +173,8 @@ def test_every_carried_wheel_is_installed_here():
 
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
-# Stands in for the device's python3 in run.sh: pip, the stack lines and the import check
-# succeed; "run-pending" finishes the next run of RUNS (one a call), leaves a half-written
+# Stands in for the node's python3 in run.sh: pip, the stack lines and the import check
+# succeed; "run-pending" finishes the next run of RUNS (one per run.sh), leaves a half-written
 # folder as atomic_dir does, notes which runs it found done, and then trains on until stopped.
 case "$1" in
   -m) exit 0 ;;
@@ -189,7 +194,7 @@ exec sleep 60
 
 
 def _device_tree(tmp_path: Path) -> tuple[Path, dict]:
-    """A checkout as the device gets it (.device/b carried), the stash of call 1, and the env."""
+    """A checkout as the node gets it (.device/b copied), the stash of step 1, and the env."""
     root = _checkout(tmp_path)
     b = root / ".device" / "b"
     (b / "wheels").mkdir(parents=True)
@@ -227,7 +232,7 @@ def _tar_names(out: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(tmp_path):
+def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes(tmp_path):
     root, env = _device_tree(tmp_path)
     out, stash = Path(env["OUT"]), Path(env["STASH"])
     first = _script("run.sh", root, [], **env)
@@ -242,14 +247,14 @@ def test_run_trains_until_the_limit_brings_back_whole_folders_and_resumes_warm(t
     )
     assert (out / "found.txt").read_text() == ""
 
-    # Call 2 on the warm machine: a fresh copy of the tree, the stash kept.
+    # run.sh again on the same node: a fresh copy of the tree, the stash kept.
     shutil.rmtree(campaign_at(root).runs())
     second = _script("run.sh", root, [], **env)
     assert second.returncode == 0, second.stdout + second.stderr
     assert (out / "found.txt").read_text().split() == ["ce-s2"]  # restored, not retrained
     assert _tar_names(out) == [f"./rte/ce-s2/{RUN_RECORD}", f"./rte/scl-s2/{RUN_RECORD}"]
     assert "2 run folders made on this machine" in second.stdout
-    assert "(1 new since this call began;" in second.stdout
+    assert "(1 new since this run began;" in second.stdout
     assert not list(Layout(stash).runs("rte").glob(".*"))
 
 
@@ -259,7 +264,7 @@ def test_run_refuses_weights_that_do_not_match_their_checksum(tmp_path):
     done = _script("run.sh", root, [], **env)
     assert done.returncode != 0
     assert done.stdout.strip().splitlines()[-1] == (
-        "error: the model's weights do not match their checksum: pack again and carry both parts"
+        "error: the model's weights do not match their checksum: pack again and copy both parts"
     )
     assert not list(Path(env["OUT"]).glob("runs*"))
 
@@ -293,23 +298,23 @@ def test_large_sends_come_in_chunks_of_whole_folders_that_land_alone(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
-    """The tool kills a call at its own limit, which can come before LIMIT: the runs that had
+def test_a_run_killed_mid_training_has_already_sent_what_finished(tmp_path):
+    """An outer limit (a scheduler's, a lost connection) can kill run.sh before LIMIT: the runs that had
     finished were sent during training (every EVERY seconds); PACK_ONLY=1 sends without
     training."""
     root, env = _device_tree(tmp_path)
     out = Path(env["OUT"])
     env = {**env, "LIMIT": "60", "EVERY": "1"}
     full = {**os.environ, "ROOT": str(root), "PYTHONPATH": str(REPO / "src"), **env}
-    call = subprocess.Popen(["bash", str(DEVICE / "run.sh")], env=full, start_new_session=True,
+    job = subprocess.Popen(["bash", str(DEVICE / "run.sh")], env=full, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         with pytest.raises(subprocess.TimeoutExpired):  # the stand-in trains for 60 s
-            call.wait(timeout=8)
-    finally:  # the tool ends every process of the call: its whole session here (timeout
+            job.wait(timeout=8)
+    finally:  # such a kill ends every process of run.sh: its whole session here (timeout
         # puts the training in a process group of its own)
-        subprocess.run(["pkill", "-KILL", "-s", str(call.pid)], check=False)
-        call.wait()
+        subprocess.run(["pkill", "-KILL", "-s", str(job.pid)], check=False)
+        job.wait()
     assert _tar_names_sent(out) == [f"./rte/ce-s2/{RUN_RECORD}"]
     for name in os.listdir(out):
         (out / name).unlink()
@@ -321,7 +326,7 @@ def test_a_call_killed_mid_training_has_already_sent_what_finished(tmp_path):
 
 
 def _tar_names_sent(out: Path) -> list[str]:
-    """What a killed call left in $OUT: whole chunks only (a .tmp one may be half-written)."""
+    """What a killed run.sh left in $OUT: whole chunks only (a .tmp one may be half-written)."""
     names = []
     for chunk in sorted(out.glob("runs-[0-9][0-9].tar.gz")):
         with tarfile.open(chunk) as tar:

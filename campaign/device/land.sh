@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Here, after run.sh: put the run folders the device brought back into campaign/runs/ and
-# print the `dvc commit` that records them (then `aclpipe campaign report`).
-# Usage: campaign/device/land.sh FOLDER   (FOLDER: the call's files_at, holding runs-NN.tar.gz)
-#   REPLACE=1  a folder already here is replaced by the device's (after a FRESH=1 run)
+# Here, after run.sh: put the run folders the GPU node made into campaign/runs/ and print the
+# `dvc commit` that records them (then `aclpipe campaign report`).
+# Usage: campaign/device/land.sh FOLDER   (FOLDER: run.sh's OUT copied back, holding runs-NN.tar.gz)
+#   REPLACE=1  a folder already here is replaced by the node's (after a FRESH=1 run)
 set -euo pipefail
-from=${1:?usage: campaign/device/land.sh FOLDER (the files_at of the run.sh call)}
+from=${1:?usage: campaign/device/land.sh FOLDER (the OUT folder of run.sh, copied back)}
 from=$(realpath -m "$from")   # before the cd below
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 PY=${PY:-.venv/bin/python}
 chunks=()   # runs-00.tar.gz, runs-01.tar.gz, ...: each holds whole run folders
 for f in "$from"/runs-[0-9][0-9].tar.gz "$from"/runs.tar.gz; do [ -f "$f" ] && chunks+=("$f"); done
-[ ${#chunks[@]} -gt 0 ] || { echo "error: no runs-NN.tar.gz in $from: give the folder the run.sh call's files came back to" >&2; exit 1; }
-[ -f "$from/stack.txt" ] && { echo "device stack:"; sed 's/^/  /' "$from/stack.txt"; }
+[ ${#chunks[@]} -gt 0 ] || { echo "error: no runs-NN.tar.gz in $from: give the copy of run.sh's OUT folder" >&2; exit 1; }
+[ -f "$from/stack.txt" ] && { echo "node stack:"; sed 's/^/  /' "$from/stack.txt"; }
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 for chunk in "${chunks[@]}"; do
   tar xzf "$chunk" -C "$tmp" 2>/dev/null \

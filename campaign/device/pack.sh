@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Here, before a GPU session: pack what the campaign needs on the lent machine into .device/
-# (ignored by git; it travels only when a `run` call names it in `carry`).
-#   .device/a  the first part of the model's weights           (call 1: stash.sh)
+# Here, before a batch on an offline GPU node: pack what the campaign's runs need there into
+# .device/ (ignored by git), in two parts that each travel beside a copy of the working tree:
+#   .device/a  the first part of the model's weights           (step 1 on the node: stash.sh)
 #   .device/b  the rest of them, the model's other files, the tokenized campaign data and the
-#              wheels the device's image lacks                  (call 2: run.sh)
-# Why two calls: a call carries at most 64 MiB and all-MiniLM-L6-v2's weights are 91 MB. The
-# machine keeps /tmp between calls while it is warm (30 s after a call), so call 2 must follow
-# call 1 at once. Usage: campaign/device/pack.sh   (PYVER=3.11 packs for a local rehearsal)
+#              wheels the node's Python environment lacks       (step 2 on the node: run.sh)
+# Two parts, so that each transfer (the tree and one part) stays under LIMIT_MIB (default 64)
+# for a link that caps what one transfer carries; step 1 keeps part a in the node's /tmp for
+# step 2. Usage: campaign/device/pack.sh   (PYVER=3.11 packs for a local rehearsal)
 set -euo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 PY=${PY:-.venv/bin/python}
-PYVER=${PYVER:-3.12}          # the device's Python (tool library: device/KINDS.md)
-SPLIT=${SPLIT:-56000000}      # bytes of the weights in part a; both calls stay under 64 MiB
+PYVER=${PYVER:-3.12}          # the node's Python, for the wheels
+SPLIT=${SPLIT:-56000000}      # bytes of the weights in part a
+LIMIT_MIB=${LIMIT_MIB:-64}    # the most one transfer (the tree and one part) may carry
 TASKS=${TASKS:-mrpc rte sst2}
 
 [ -x "$PY" ] || { echo "error: $PY not found: run \`make setup\` first" >&2; exit 1; }
@@ -45,18 +46,16 @@ done < campaign/device/wheels.txt
 git rev-parse HEAD > .device.tmp/b/commit
 git ls-files src campaign/params.yaml campaign/device > .device.tmp/b/tree.files   # run.sh checks them
 while read -r f; do sha256sum "$f"; done < .device.tmp/b/tree.files | sha256sum | cut -d' ' -f1 > .device.tmp/b/tree.sha256
-# What travels with each call: the tree (tracked files and untracked ones git does not ignore)
-# and the carried part; over 64 MiB the call is refused.
+# What travels in each transfer: the tree (tracked files and untracked ones git does not
+# ignore) and one part.
 tree=$(git ls-files -z --cached --others --exclude-standard | { xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
 for part in a b; do
   bytes=$(du -sb ".device.tmp/$part" | cut -f1)
-  echo "call $part: $(( (tree + bytes) / 1048576 )) MiB with the working tree (limit 64)"
-  [ $((tree + bytes)) -lt $((64 * 1048576)) ] || { echo "error: call $part is over 64 MiB: change SPLIT, or commit or ignore large untracked files" >&2; exit 1; }
+  echo "part $part: $(( (tree + bytes) / 1048576 )) MiB with the working tree (limit $LIMIT_MIB)"
+  [ $((tree + bytes)) -lt $((LIMIT_MIB * 1048576)) ] || { echo "error: part $part is over $LIMIT_MIB MiB with the tree: change SPLIT or LIMIT_MIB, or commit or ignore large untracked files" >&2; exit 1; }
 done
 rm -rf .device && mv .device.tmp .device
-echo "packed .device/ at commit $(cat .device/b/commit). On the device, back to back (the machine stays warm 30 s):"
-echo "  run(command='bash campaign/device/stash.sh', carry=['.device/a'], timeout_s=120)"
-echo "  run(command='LIMIT=480 bash campaign/device/run.sh', carry=['.device/b'], timeout_s=600)"
-echo "  (LIMIT at most the session's budget_left_s minus 120 after call 1; timeout_s = LIMIT + 60;"
-echo "   the runs finished so far are sent every 30 s, so a call cut short still brings them back)"
-echo "then here: campaign/device/land.sh <files_at of the second call>"
+echo "packed .device/ at commit $(cat .device/b/commit). On the node, in a copy of this tree:"
+echo "  1. with .device/a:  bash campaign/device/stash.sh"
+echo "  2. with .device/b:  OUT=<folder to copy back> LIMIT=<seconds> bash campaign/device/run.sh"
+echo "then here: campaign/device/land.sh <the copy of that OUT folder>"

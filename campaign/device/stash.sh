@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the lent machine, call 1 of 2 (campaign/device/pack.sh made .device/a): keep the first
-# part of the model's weights in /tmp, which outlives the call while the machine stays warm.
+# On the GPU node, step 1 of 2 (campaign/device/pack.sh made .device/a): keep the first part
+# of the model's weights in /tmp, where run.sh (step 2) finds it.
 set -euo pipefail
 cd "${ROOT:-$(dirname "$0")/../..}"   # ROOT: another checkout (the tests use one)
 stash=${STASH:-/tmp/aclpipe-device}
