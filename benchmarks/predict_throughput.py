@@ -161,6 +161,17 @@ def measure(args, lines: list[str], labels: list[int], setting: dict, batch: int
     return result
 
 
+
+def recorded_path(path: Path) -> str:
+    """``path`` as the results file records it: relative to the working directory, else its
+    last parts (``models/<task>/<method>/export``), never an absolute machine path."""
+    path = path.resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-4:]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
@@ -209,7 +220,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "date": datetime.date.today().isoformat(),
         "setup": {
-            "export": str(args.export),
+            "export": recorded_path(args.export),  # no machine path in results
             "sentences": len(lines),
             "repeats": args.repeats,
             "blocks": args.blocks,

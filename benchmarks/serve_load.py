@@ -335,6 +335,17 @@ def plot(results: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+
+def recorded_path(path: Path) -> str:
+    """``path`` as the results file records it: relative to the working directory, else its
+    last parts (``models/<task>/<method>/export``), never an absolute machine path."""
+    path = path.resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-4:]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
@@ -402,7 +413,7 @@ def main() -> None:
     summary = summarize(results)
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "export": str(args.export),
+        "export": recorded_path(args.export),  # no machine path in results
         "default_setting": record.get("default_setting"),
         "early_exit_setting": {"policy": args.policy, "threshold": args.threshold}
         if args.policy
