@@ -1,4 +1,4 @@
-# Two commands do everything on a fresh machine (README.md):
+# Two commands do everything on a fresh machine (README.md, docs/getting-started.md):
 #   make repro   set up .venv, then run the default DVC pipeline (dvc repro)
 #   make test    set up .venv, then run the test suite offline
 # (make test-fast: the same without the tests marked slow, for the edit-test loop;

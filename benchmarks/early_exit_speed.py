@@ -128,7 +128,7 @@ def time_interleaved(calls: dict[str, Callable], batches: list[dict], repeats: i
 
     Batch by batch, every call runs once, in an order rotated per batch and repeat. CPU time
     leaves out the time this process waits for a core other jobs hold; with one thread it is the
-    steadier of the two on a shared machine (wall-clock is the figure METHODS.md asks for).
+    steadier of the two on a shared machine (wall-clock is the figure docs/methods.md asks for).
     """
     names = list(calls)
     outputs = {name: [calls[name](**batch) for batch in batches] for name in names}  # warm-up

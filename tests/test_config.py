@@ -319,7 +319,7 @@ def test_each_method_has_its_own_knobs_record() -> None:
 
 
 def test_defaults_written_once() -> None:
-    """METHODS.md's defaults, from the records alone (no params.yaml section)."""
+    """docs/methods.md's defaults, from the records alone (no params.yaml section)."""
     params = params_from_dict({})
     assert params.method("acl").max_angle == 90.0
     assert params.method("acl-cl").max_angle == 90.0
@@ -366,7 +366,7 @@ def test_knob_override_is_strict_too(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", [PARAMS, CAMPAIGN_PARAMS])
 def test_shipped_params_files_are_accepted(path: str) -> None:
-    """Every knob the shipped params files list is one its method reads, at METHODS.md's
+    """Every knob the shipped params files list is one its method reads, at docs/methods.md's
     default (the campaign's variants set theirs through --set-like overrides)."""
     import yaml
 

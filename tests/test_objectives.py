@@ -1,4 +1,4 @@
-"""Objectives against plain, slow references that spell out METHODS.md's formulas."""
+"""Objectives against plain, slow references that spell out docs/methods.md's formulas."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def seed() -> None:
 
 
 def reference_supcon(anchors, anchor_labels, pool, pool_labels, tau, anchor_in_pool=None):
-    """METHODS.md's l(a), literally: a loop over anchors and positives, in float64 math."""
+    """docs/methods.md's l(a), literally: a loop over anchors and positives, in float64 math."""
     losses = []
     for i in range(len(anchors)):
         self_index = -1 if anchor_in_pool is None else int(anchor_in_pool[i])

@@ -47,7 +47,7 @@ def _softmax(row: list[float]) -> list[float]:
 
 
 def _plain_exit(policy: str, threshold: float, rows: list[list[float]], eps: float) -> int:
-    """One sample's exit index by the definitions of METHODS.md, written out."""
+    """One sample's exit index by the definitions of docs/methods.md, written out."""
     last = len(rows) - 1
     for k in range(last):
         p = _softmax(rows[k])

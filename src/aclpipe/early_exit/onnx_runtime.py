@@ -58,7 +58,7 @@ def check_export(record: dict, folder: Path) -> dict:
 # Fusions whose CPU kernels measured slower than the plain ops they replace (onnxruntime 1.32,
 # MiniLM-L6 segments, 1 thread, 2026-12-02): SkipLayerNormalization took 70 us for a
 # 25 x 384 input where Add + LayerNormalization took 15 us; with both fusions off a segment ran
-# 1.12-1.15x faster at batch 1 (12-40 tokens) and the same at batch 32 (README, Benchmarks).
+# 1.12-1.15x faster at batch 1 (12-40 tokens) and the same at batch 32 (docs/benchmarks.md).
 SLOW_FUSIONS = ("SkipLayerNormFusion", "BiasGeluFusion")
 
 

@@ -2,7 +2,7 @@
 
 ``leaves(policy, threshold, window, ...)`` says whether one sample leaves at its newest exit,
 looking only at that sample's logits at its exits so far. Nothing is stored on a model and
-nothing is decided per batch (METHODS.md, Exit policies):
+nothing is decided per batch (docs/methods.md, Exit policies):
 
 | policy | leaves at the first exit k where | threshold |
 | --- | --- | --- |

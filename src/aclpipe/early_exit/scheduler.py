@@ -11,7 +11,7 @@ batches form only from what queued while the worker was busy. On the CPU waiting
 (tiny test model, open-loop load at 20, 160 and 453 requests/s, two runs each: p50 14.9/13.5,
 31.2/14.0 and 1232/1167 ms at 0 ms against 20.9/22.0, 38.0/107.9 and 2521/3754 ms at 2 ms,
 and a lower saturation throughput, 238-250 against 156-190 answers/s): batching gains 1.3-1.4x
-in throughput there (README, "What aclpipe predict gets"), while a wait is paid in full by
+in throughput there (docs/benchmarks.md, Inference), while a wait is paid in full by
 every request of a light load.
 
 The worker is a thread, not the event loop itself: a variant that ran batches inside the loop

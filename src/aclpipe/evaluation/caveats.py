@@ -3,7 +3,7 @@
 Pure functions over recorded scores and timings (no torch, no scikit-learn), shared by the
 evaluate stage and the trade-off report, so both say the same thing in the same words.
 
-**Majority-class floor** (METHODS.md, Comparisons). The score of a constant prediction (the
+**Majority-class floor** (docs/methods.md, Comparisons). The score of a constant prediction (the
 most frequent train label; for STS-B the train mean, whose correlations are undefined and
 scored 0), computed by ``scoring.majority_scores``. A model, an exit or a budget floor at or
 below it has learned nothing a constant guess would not, and a speed-up measured against it

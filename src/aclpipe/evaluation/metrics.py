@@ -1,6 +1,6 @@
 """GLUE metrics, computed locally with scikit-learn and scipy (no metric downloads).
 
-GLUE's conventions (METHODS.md, "Scores"): CoLA Matthews correlation; SST-2, QNLI, RTE,
+GLUE's conventions (docs/methods.md, "Scores"): CoLA Matthews correlation; SST-2, QNLI, RTE,
 WNLI, MNLI accuracy; MRPC and QQP accuracy and F1 of the positive class 1; STS-B Pearson and
 Spearman. A task's score is the mean of its metrics. Degenerate inputs (constant predictions,
 no positives) give 0 rather than NaN, so that a collapsed exit scores 0 instead of poisoning

@@ -3,7 +3,7 @@ ranked against gold similarity scores (Spearman), at every exit of a trained mod
 
 Each sentence is encoded on its own; its embedding at an exit is that exit's pooled feature
 ``z_k`` (before dropout, in eval mode): the trained pooler, as ``simcse-unsup`` and
-``simcse-sup`` trained it (METHODS.md, Pooling; docs/sentence_embeddings.md).
+``simcse-sup`` trained it (docs/methods.md, Pooling; docs/sentence_embeddings.md).
 """
 
 from __future__ import annotations

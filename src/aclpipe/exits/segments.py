@@ -7,7 +7,7 @@
 
 ``states`` carries what the heads downstream read: ``h_k`` alone (``[1, B, T, H]``) for
 poolings that read the last hidden state (cls, mean), and ``h_0..h_k`` (``[k+1, B, T, H]``)
-for layer-attention, which pools over every layer computed so far (METHODS.md, Pooling).
+for layer-attention, which pools over every layer computed so far (docs/methods.md, Pooling).
 Its batch and sequence axes (1 and 2) are dynamic; a runtime drops finished rows and trailing
 padding columns from ``states`` and the mask alike.
 

@@ -55,7 +55,7 @@ def resolve_model(name: str) -> str:
 def default_pooling(resolved: str) -> str:
     """``mean`` for sentence-transformers checkpoints trained with mean pooling, else ``cls``.
 
-    all-MiniLM-L6-v2's [CLS] vector is nearly constant below the last layers (METHODS.md,
+    all-MiniLM-L6-v2's [CLS] vector is nearly constant below the last layers (docs/methods.md,
     Pooling), so its exits must pool by mean; BERT and RoBERTa checkpoints use [CLS].
     """
     pooling_config = Path(resolved) / "1_Pooling" / "config.json"

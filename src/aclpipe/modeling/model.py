@@ -209,7 +209,7 @@ class MultiExitModel(nn.Module):
         )
 
     def label_embeddings(self) -> torch.Tensor:
-        """Label embedding of each class at each exit, ``[E, C, D]`` (METHODS.md, Notation)."""
+        """Label embedding of each class at each exit, ``[E, C, D]`` (docs/methods.md, Notation)."""
         if self.spec.label_embedding == "separate":
             return torch.stack([head.label_table for head in self.heads])
         return torch.stack([head.classifier.weight for head in self.heads])

@@ -3,7 +3,7 @@
 Every pooler has the same call: ``pooler(hidden, mask) -> [B, D]`` where ``hidden`` is the
 list ``[h_0, ..., h_k]`` of ``[B, T, H]`` tensors (an exit only sees layers already computed)
 and ``mask`` is the ``[B, T]`` attention mask, or ``None`` for a batch without padding.
-METHODS.md, Pooling.
+docs/methods.md, Pooling.
 
 Each pooler says which hidden states it reads: ``reads_all_layers`` is True when it needs
 ``h_0..h_k``; otherwise ``[h_k]`` alone is enough (the layer-by-layer runs keep no more).
@@ -65,7 +65,7 @@ def layer_summaries(
 
     Returns ``(heads, means)``, both ``[B, k+1, H]`` for ``hidden = [h_0, ..., h_k]``:
     ``heads[:, j]`` is ``h_j[CLS]`` (or the masked mean of ``h_j`` when ``cls_from_mean``, for
-    mean-pooled checkpoints whose [CLS] carries little, METHODS.md, Pooling) and ``means[:, j]``
+    mean-pooled checkpoints whose [CLS] carries little, docs/methods.md, Pooling) and ``means[:, j]``
     is the masked mean of ``h_j``.
     """
     means = torch.stack([masked_mean(h, mask) for h in hidden], dim=1)  # [B, k+1, H]
@@ -123,7 +123,7 @@ class LayerAttentionPooler(nn.Module):
 
     With ``cls_from_mean=True`` the masked mean ``m_j`` stands wherever ``c_j`` would (queries
     and the concatenated ``c_k``): for mean-pooled checkpoints such as all-MiniLM-L6-v2,
-    whose [CLS] vector is nearly constant below the last layers (METHODS.md, Pooling).
+    whose [CLS] vector is nearly constant below the last layers (docs/methods.md, Pooling).
 
     Args:
         hidden_size: ``H``, the encoder's hidden size.

@@ -16,7 +16,7 @@ class TrainConfig:
     # batches of rows of similar length (less padding; HF Trainer's group_by_length), in a
     # shuffled order, longest first (aclpipe.training.batch_order); false: a plain shuffle.
     # padding-free, 1.16-1.20x faster on SST-2, 3 seeds show no change beyond their spread
-    # (README, Benchmarks; padded, it once cost acl-cl's inner exits 1-2.6 points): off
+    # (docs/benchmarks.md; padded, it once cost acl-cl's inner exits 1-2.6 points): off
     # unless asked for
     group_by_length: bool = False
     # run the encoder's linear layers on real tokens only, padding skipped (the same function,

@@ -6,7 +6,7 @@ average DDP takes over processes equals the mean over the global batch. Contrast
 the global batch as their pool: features are gathered from every process with gradients
 flowing back to each process's own (``gather_with_grad``), and every process computes the same
 global loss; the gradient sum in ``gather_with_grad``'s backward and DDP's average then give
-exactly the gradient of one process at the global batch (METHODS.md, the contrastive core).
+exactly the gradient of one process at the global batch (docs/methods.md, the contrastive core).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class PlainSum:
 
 @dataclass(frozen=True)
 class AclGrad:
-    """ACL-Grad (METHODS.md): drop the aux term for this step when the gradients conflict."""
+    """ACL-Grad (docs/methods.md): drop the aux term for this step when the gradients conflict."""
 
     max_angle: float  # conflict when the angle between the gradients exceeds this (degrees)
     scope: Scope  # parameters the cosine is taken over
@@ -45,7 +45,7 @@ class AclGrad:
 
 @dataclass(frozen=True)
 class GradientRegularization:
-    """RomeBERT's GR (METHODS.md): on conflict, project the main gradient off the aux one."""
+    """RomeBERT's GR (docs/methods.md): on conflict, project the main gradient off the aux one."""
 
     scope: Scope  # parameters the cosine and the projection are taken over
     needs_both_gradients: ClassVar[bool] = True
@@ -142,7 +142,7 @@ def combine_gradients(
         parameter, so copy before modifying it in place), and a :class:`RuleOutcome`.
 
     Reference:
-        METHODS.md, "ACL-Grad" and "Gradient Regularization"; RomeBERT (Geng et al. 2021),
+        docs/methods.md, "ACL-Grad" and "Gradient Regularization"; RomeBERT (Geng et al. 2021),
         gradient regularization; PCGrad (Yu et al. 2020), eq. of the projection step.
     """
     if not isinstance(rule, GradientRule):
@@ -200,7 +200,7 @@ def scope_mask(
         One bool per parameter.
 
     Reference:
-        METHODS.md, "Scopes".
+        docs/methods.md, "Scopes".
     """
     if scope not in SCOPES:
         raise ValueError(f"unknown grad_scope {scope!r}; expected one of {SCOPES}")

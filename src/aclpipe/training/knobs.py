@@ -6,7 +6,7 @@ does not read is an error), the campaign, and ``aclpipe.training.methods``, whic
 each method's stages from its record. It imports nothing heavy (no torch), so that listing or
 checking a method name costs nothing; the names alone, and their check, are in
 ``aclpipe.method_names``, which the command line reads so that ``aclpipe predict`` loads
-nothing of training. Definitions and defaults: ../shared/METHODS.md.
+nothing of training. Definitions and defaults: docs/methods.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from aclpipe.method_names import METHOD_NAMES, check_method
 __all__ = ["KNOBS", "METHOD_NAMES", "check_method"]  # the names and their check, as before
 
 # Parameters a gradient rule looks at: every encoder parameter | the transformer layers' weight
-# matrices (RomeBERT's GR) | every trained parameter (METHODS.md, "Scopes").
+# matrices (RomeBERT's GR) | every trained parameter (docs/methods.md, "Scopes").
 Scope = Literal["encoder", "encoder-weights", "all"]
 
 # Per-exit CE weights of the multi-exit methods: uniform 1/|E| | linear l_k / sum l (PABEE).
@@ -29,7 +29,7 @@ ExitWeights = Literal["uniform", "linear"]
 KlReduction = Literal["batchmean", "mean"]
 
 
-# Knobs: one record per method (METHODS.md gives every default), each with its range checks
+# Knobs: one record per method (docs/methods.md gives every default), each with its range checks
 # (``RANGES``: knob -> a check of aclpipe.checks; a record inherits its parents') ------------
 
 
@@ -49,7 +49,7 @@ class SclKnobs:
 
     tau: float = 0.3  # SupCon temperature
     lam: float = 0.3  # weight of the SupCon term (CE gets 1 - lam)
-    # ACL-Grad's drop rule on scl (a variant: where the rule fires, CLAIMS.md A3); off in scl
+    # ACL-Grad's drop rule on scl (a variant: where the rule fires, docs/claims.md A3); off in scl
     acl_grad: bool = False  # drop the SupCon term at a step whose gradients conflict
     max_angle: float = 90.0  # the gradients conflict above this angle (degrees)
     grad_scope: Scope = "encoder"  # parameters the cosine is taken over
@@ -87,7 +87,7 @@ class DeebertSdKnobs:
 
     gamma: float = 0.9  # weight of the KL part of SD_k (CE gets 1 - gamma)
     T: float = 3.0  # distillation temperature
-    # the KL's average: over examples (batchmean, the KL itself, METHODS.md), or over examples
+    # the KL's average: over examples (batchmean, the KL itself, docs/methods.md), or over examples
     # and classes (mean: RomeBERT's released code, nn.KLDivLoss()'s default, i.e. KL / C)
     kl_reduction: KlReduction = "batchmean"
 

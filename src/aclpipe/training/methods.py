@@ -5,7 +5,7 @@ it trains the parameter groups ``stage.trains``, computes ``stage.main`` and ``s
 the model's all-exit output, and combines their gradients with ``stage.rule`` (a value from
 ``aclpipe.training.grad_rules``). Each method's knobs are one typed record below, with one
 default per knob; params.yaml's ``methods.<name>`` section fills it (``aclpipe.config``).
-Definitions: ../shared/METHODS.md. Adding a method means adding its knobs record and builder
+Definitions: docs/methods.md. Adding a method means adding its knobs record and builder
 to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
 """
 

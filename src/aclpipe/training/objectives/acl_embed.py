@@ -24,13 +24,13 @@ def acl_embed_loss(
         labels: integer labels in ``[0, C)``, ``[B]``.
         label_embeddings: raw label embeddings (classifier rows ``W[c]`` or a separate
             table), ``[C, D]``; normalised here.
-        tau: temperature (METHODS.md default 0.1).
+        tau: temperature (docs/methods.md default 0.1).
 
     Returns:
         Scalar loss ``L_acl``; finite for a batch of one.
 
     Reference:
-        METHODS.md, "ACL-Embed"; label rows as augmented samples as in DualCL
+        docs/methods.md, "ACL-Embed"; label rows as augmented samples as in DualCL
         (Chen et al. 2022); SupCon of Khosla et al. 2020, eq. 2.
     """
     num_classes = label_embeddings.shape[0]

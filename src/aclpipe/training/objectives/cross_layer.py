@@ -29,13 +29,13 @@ def cross_layer_acl_loss(
         teacher: raw pooled features of the deepest exit ``L``, ``[B, D]``; detached here.
         labels: integer labels in ``[0, C)``, ``[B]``.
         teacher_label_embeddings: raw label embeddings of exit ``L``, ``[C, D]``; detached.
-        tau: temperature (METHODS.md default 0.1).
+        tau: temperature (docs/methods.md default 0.1).
 
     Returns:
         Scalar loss ``XACL_k``; finite for any batch, since every anchor has positives.
 
     Reference:
-        METHODS.md, "Cross-layer ACL"; SupCon of Khosla et al. 2020, eq. 2.
+        docs/methods.md, "Cross-layer ACL"; SupCon of Khosla et al. 2020, eq. 2.
     """
     num_classes = teacher_label_embeddings.shape[0]
     anchors = F.normalize(student, dim=-1)  # [B, D]

@@ -19,7 +19,7 @@ def scl_loss(features: Tensor, labels: Tensor, tau: float) -> Tensor:
     Args:
         features: raw pooled features ``z_i``, ``[B, D]``; normalised here.
         labels: integer labels, ``[B]``.
-        tau: temperature (METHODS.md default 0.3).
+        tau: temperature (docs/methods.md default 0.3).
 
     Returns:
         Scalar loss; exactly 0 (zero gradient) when no sample has a same-class partner,
@@ -27,7 +27,7 @@ def scl_loss(features: Tensor, labels: Tensor, tau: float) -> Tensor:
 
     Reference:
         Gunel et al. 2020, Supervised Contrastive Learning for Pre-trained Language Model
-        Fine-tuning, eq. 2; METHODS.md, "Single-exit objectives".
+        Fine-tuning, eq. 2; docs/methods.md, "Single-exit objectives".
     """
     normalised = F.normalize(features, dim=-1)  # [B, D]
     own_index = torch.arange(features.shape[0], device=features.device)  # [B]

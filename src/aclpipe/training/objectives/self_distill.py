@@ -25,11 +25,11 @@ def distill_kl(
     Args:
         student_logits: logits of the student exit, ``[B, C]``.
         teacher_logits: logits of the teacher (deepest) exit, ``[B, C]``; detached here.
-        T: distillation temperature (METHODS.md default 3).
+        T: distillation temperature (docs/methods.md default 3).
         regression: STS-B (``C = 1``). A KL between one-output "distributions" has no
             meaning, so this project uses ``MSE(student, sg(teacher))`` instead, without
-            the ``T^2`` factor (this project's choice; METHODS.md leaves it open).
-        reduction: ``batchmean``, the KL per example (METHODS.md); ``mean`` also averages
+            the ``T^2`` factor (this project's choice; docs/methods.md leaves it open).
+        reduction: ``batchmean``, the KL per example (docs/methods.md); ``mean`` also averages
             over the ``C`` classes, i.e. ``KL / C``: what RomeBERT's released code computes
             (``nn.KLDivLoss()`` with its default reduction), kept to compare the two scalings.
 
@@ -38,7 +38,7 @@ def distill_kl(
 
     Reference:
         Hinton et al. 2015, Distilling the Knowledge in a Neural Network (``T^2`` scaling);
-        RomeBERT (Geng et al. 2021), self-distillation term; METHODS.md, ``SD_k``.
+        RomeBERT (Geng et al. 2021), self-distillation term; docs/methods.md, ``SD_k``.
     """
     teacher_logits = teacher_logits.detach()
     if regression:
@@ -67,8 +67,8 @@ def self_distill_loss(
         student_logits: logits of exit ``k``, ``[B, C]``.
         teacher_logits: logits of the deepest exit ``L``, ``[B, C]``; detached here.
         labels: ``[B]``, integer classes, or float targets when ``regression``.
-        gamma: weight of the distillation term (METHODS.md default 0.9).
-        T: distillation temperature (METHODS.md default 3).
+        gamma: weight of the distillation term (docs/methods.md default 0.9).
+        T: distillation temperature (docs/methods.md default 3).
         regression: STS-B (``C = 1``): CE becomes ``MSE(logits_k, y)`` and the KL term
             becomes ``MSE(logits_k, sg(logits_L))`` without ``T^2`` (this project's choice,
             see :func:`distill_kl`).
@@ -78,7 +78,7 @@ def self_distill_loss(
         Scalar loss.
 
     Reference:
-        RomeBERT (Geng et al. 2021), self-distillation loss; METHODS.md, ``SD_k``.
+        RomeBERT (Geng et al. 2021), self-distillation loss; docs/methods.md, ``SD_k``.
     """
     if regression:
         task_loss = F.mse_loss(_widened(student_logits).squeeze(-1), labels.float())

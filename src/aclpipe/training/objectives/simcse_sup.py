@@ -27,7 +27,7 @@ def simcse_sup_loss(features: Tensor, sizes: Tensor, tau: float) -> Tensor:
         features: pooled embeddings, ``[S, D]``, row by row: each row's anchor, positive and
             (if any) hard negative, consecutively; not normalised.
         sizes: ``[B]`` long, each row's number of sentences (2 or 3); ``sizes.sum() == S``.
-        tau: temperature (METHODS.md "Sentence embeddings": 0.05).
+        tau: temperature (docs/sentence_embeddings.md: 0.05).
 
     Returns:
         Scalar loss, float32 or wider.
@@ -36,7 +36,7 @@ def simcse_sup_loss(features: Tensor, sizes: Tensor, tau: float) -> Tensor:
         UserError: a batch of one row (no in-batch negative).
 
     Reference:
-        Gao, Yao and Chen 2021, SimCSE, eq. 5; METHODS.md (docs/sentence_embeddings.md).
+        Gao, Yao and Chen 2021, SimCSE, eq. 5; docs/sentence_embeddings.md.
     """
     sizes = sizes.to(torch.long)
     if int(sizes.sum()) != features.shape[0] or bool(((sizes < 2) | (sizes > 3)).any()):

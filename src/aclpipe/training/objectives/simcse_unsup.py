@@ -27,7 +27,7 @@ def simcse_unsup_loss(features: Tensor, tau: float) -> Tensor:
         features: pooled embeddings, ``[2B, D]``, row-major: ``features[2i]`` is ``h_i``,
             ``features[2i + 1]`` its second encoding ``h_i^+`` (the loop encodes each row
             ``Stage.views = 2`` times, consecutively); not normalised (cosine is taken here).
-        tau: temperature (METHODS.md "Sentence embeddings": 0.05).
+        tau: temperature (docs/sentence_embeddings.md: 0.05).
 
     Returns:
         Scalar loss, float32 or wider.
@@ -37,7 +37,7 @@ def simcse_unsup_loss(features: Tensor, tau: float) -> Tensor:
 
     Reference:
         Gao, Yao and Chen 2021, SimCSE: Simple Contrastive Learning of Sentence Embeddings,
-        eq. 1 and section 3; METHODS.md (this repository's docs/sentence_embeddings.md).
+        eq. 1 and section 3; docs/sentence_embeddings.md.
     """
     if features.shape[0] % 2:
         raise ValueError(f"simcse-unsup takes two encodings per sentence, got {features.shape[0]}")

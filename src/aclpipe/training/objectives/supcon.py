@@ -42,7 +42,7 @@ def supcon(
 
     Reference:
         Khosla et al. 2020, Supervised Contrastive Learning, eq. 2 (``L^sup_out``);
-        METHODS.md, "The contrastive core".
+        docs/methods.md, "The contrastive core".
     """
     num_anchors, num_pool = anchors.shape[0], pool.shape[0]
     pool_index = torch.arange(num_pool, device=pool.device)
