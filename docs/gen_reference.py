@@ -126,7 +126,9 @@ def _comment(cls: type, name: str) -> str:
 
 def _check_text(check: Any) -> str:
     """The range a check admits, in words read from its own code."""
-    closure = dict(zip(check.__code__.co_freevars, [c.cell_contents for c in check.__closure__ or ()]))
+    closure = dict(
+        zip(check.__code__.co_freevars, [c.cell_contents for c in check.__closure__ or ()])
+    )
     if "choices" in closure:
         return "one of " + ", ".join(f"`{c}`" for c in closure["choices"])
     if "checks" in closure:
