@@ -1,6 +1,6 @@
-"""The README quotes the recorded reports: every interval and Holm p it gives in a study's
-section is one the study's generated report prints now, so a rebuilt report cannot leave the
-README's figures behind."""
+"""The README and the docs quote the recorded reports: every interval and Holm p they give is
+one a study's generated report prints now, so a rebuilt report cannot leave their figures
+behind."""
 
 from __future__ import annotations
 
@@ -13,18 +13,14 @@ from paths import REPO, at
 from aclpipe.layout import CAMPAIGN, FEWSHOT_REPORTS, REPORTS_README
 
 REPORTS = at(REPO).reports()
-README = REPO / "README.md"
-# README section heading -> the generated reports it quotes (a folder: every .md below it)
-SECTIONS = {
-    "## Results on real GLUE: the seeds campaign": [
-        REPORTS / REPORTS_README,
-        at(REPO).reports(CAMPAIGN),
-    ],
-    "## Few-shot: SCL's own regime (fewshot/)": [REPORTS / FEWSHOT_REPORTS / REPORTS_README],
-    "## Sentence embeddings on STS: layer-attention pooling (sts/)": [
-        at(REPO).sts_study_reports() / REPORTS_README
-    ],
-}
+# every generated study report (a folder: every .md below it)
+STUDY_REPORTS = [
+    REPORTS / REPORTS_README,
+    at(REPO).reports(CAMPAIGN),
+    REPORTS / FEWSHOT_REPORTS / REPORTS_README,
+    at(REPO).sts_study_reports() / REPORTS_README,
+]
+QUOTING = ["README.md", "docs/studies.md"]  # the pages that quote study results
 INTERVAL = re.compile(r"([+-]?\d+\.\d+) \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")
 HOLM = re.compile(r"Holm (?:p )?(\d\.\d+)")
 
@@ -73,22 +69,13 @@ def test_the_reader_finds_figures_in_both_forms():
     assert section("# a\n## One\nx 1\n## Two\ny\n", "## One") == "## One\nx 1"
 
 
-@pytest.mark.parametrize("heading", list(SECTIONS))
-def test_readme_intervals_and_holm_ps_are_the_reports(heading):
-    readme = README.read_text(encoding="utf-8")
-    text = flat(section(readme, heading))
-    report = report_text(SECTIONS[heading])
+@pytest.mark.parametrize("page", QUOTING)
+def test_quoted_intervals_and_holm_ps_are_the_reports(page):
+    text = flat((REPO / page).read_text(encoding="utf-8"))
+    report = report_text(STUDY_REPORTS)
     intervals = INTERVAL.findall(text)
-    assert intervals, f"{heading}: the README quotes no interval here"
+    assert intervals, f"{page} quotes no interval"
     stale = [f"{d} [{lo}, {hi}]" for d, lo, hi in intervals if f"{d} [{lo}, {hi}]" not in report]
     adjusted = re.findall(r"(\d\.\d+) ±", report)
     stale += [f"Holm {p}" for p in HOLM.findall(text) if not quotes(p, adjusted)]
-    assert not stale, f"README's {heading!r} quotes figures its report no longer prints: {stale}"
-
-
-def test_readme_counts_the_few_shot_runs_the_report_counts():
-    readme = flat(README.read_text(encoding="utf-8"))
-    report = flat((REPORTS / FEWSHOT_REPORTS / REPORTS_README).read_text(encoding="utf-8"))
-    done = re.search(r"Runs done: (\d+) of (\d+)", report)
-    quoted = re.search(r"(\d+) of (\d+) runs are in", readme)
-    assert done and quoted and quoted.groups() == done.groups()
+    assert not stale, f"{page} quotes figures its reports no longer print: {stale}"
