@@ -22,6 +22,7 @@ ALL_SLOW = {
     "test_distributed.py": "every test launches torchrun worker processes "
     "(the parts they run are unit-tested fast in test_distributed_parts.py)",
     "test_dvcignore.py": "both tests run `dvc check-ignore` in a subprocess",
+    "test_lean_install.py": "every test runs the core install, built into a fresh venv",
     "test_real_glue.py": "it reads the real GLUE files (SST-2's 67k rows) when they exist",
 }
 
