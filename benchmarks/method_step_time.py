@@ -6,7 +6,7 @@ into pairs so that every row really has 64 tokens), the training loop's own piec
 (ce, scl, ..., ce, scl, ...) so that machine noise hits all of them alike; each figure is the
 median over repeats of the mean step time over a few steps, after a warm-up.
 
-Targets (issue: objectives): scl, acl with acl_grad false, joint, deebert-sd at most 1.10x ce;
+Targets: scl, acl with acl_grad false, joint, deebert-sd at most 1.10x ce;
 acl with ACL-Grad, romebert with GR, acl-cl at most 1.75x (a second backward costs ~1.67x).
 Two variants without a target, romebert with gr false and acl-cl with acl_grad false, run the
 same objectives with one backward pass: the ratio of the two-pass figure to them is what the

@@ -24,7 +24,7 @@ rounds of sentences/s of the whole path; a ratio is the median over rounds of th
 ratio. Both engines run on ``--threads`` intra-op threads (one by default: on a shared
 2-core machine a second thread waits on its busy sibling at every op, see threads.py).
 
-Targets (issue 13): the engine, ``ee-onnx`` >= 2x ``ee-torch`` at batch 1 and >= 1.5x at
+Targets: the engine, ``ee-onnx`` >= 2x ``ee-torch`` at batch 1 and >= 1.5x at
 batch 32, and ``ee-onnx`` >= 0.9 of its layer speed-up over ``full-onnx``; the product,
 ``ee-onnx`` >= 4x ``full-torch`` at batch 1 and >= 3x at batch 32.
 

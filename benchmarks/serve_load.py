@@ -23,7 +23,7 @@ included). Per rate: p50/p95/p99 latency, throughput (answers per second of the 
 errors. A server's steps stop at the first rate it cannot keep up with (errors over 5%, or p99
 over 1 s): past saturation.
 
-Targets (issue 37), each a ratio from this one run: the highest rate held (p99 <= 50 ms and no
+Targets, each a ratio from this one run: the highest rate held (p99 <= 50 ms and no
 errors, at that rate and every lower one) by the early-exit server is >= 5x the naive
 deployment's and >= 1.5x the full-model ONNX server's; at the lightest rate its p50 is within
 1 ms + 20% of in-process batch-1 `predict` time for the same sentences (timed here, in this

@@ -131,7 +131,7 @@ CONTENDERS = (
     "trainer-dynamic",
     "trainer-grouped",
 )
-TARGETS = {  # (ours, Trainer): ours / Trainer samples/s, at least (issue 13)
+TARGETS = {  # (ours, Trainer): ours / Trainer samples/s, at least
     ("ours", "trainer-fixed"): 3.0,
     ("ours", "trainer-dynamic"): 1.5,  # the default: plain shuffle, padding-free
     ("ours-grouped", "trainer-dynamic"): 1.5,
