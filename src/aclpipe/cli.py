@@ -156,8 +156,9 @@ def export_exits(
         ),
     ] = False,
 ) -> None:
-    """Export a trained model for early exit into models/<task>/<method>/export/: ONNX graphs
-    an early-exit runtime chains (embeddings, then one segment per exit, each checked against
+    """Export a trained model for early exit into models/<task>/<method>/export/.
+
+    ONNX graphs an early-exit runtime chains (embeddings, then one segment per exit, each checked against
     PyTorch with onnxruntime), tokenizer.json, the default exit setting (the 1-point budget's
     pick from reports/<task>/<method>/curves.json), a self-contained model folder and the dev
     split's logits at every exit (dev_logits.npz)."""
@@ -240,8 +241,10 @@ def predict(
         ),
     ] = "fp32",
 ) -> None:
-    """Predict with early exit: one JSON line per input record (label, probability, exit
-    layer), in input order; throughput and the mean exit layer on stderr at the end."""
+    """Predict with early exit: one JSON line per input record, in input order.
+
+    Each line holds the label, its probability and the exit layer; throughput and the mean
+    exit layer go to stderr at the end."""
     from aclpipe.early_exit.predict import predict_file
 
     predict_file(model, input, output, policy=policy, threshold=threshold, engine=engine,
@@ -299,8 +302,10 @@ def serve(
         ),
     ] = "batch",
 ) -> None:
-    """Serve the model over HTTP: POST /predict (predict's records), /healthz, /readyz,
-    /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
+    """Serve the model over HTTP: POST /predict, /healthz, /readyz, /metrics.
+
+    /predict takes predict's records; requests are micro-batched; /metrics is Prometheus;
+    SIGTERM drains and exits 0."""
     from aclpipe.early_exit.serve import serve as run_server
 
     run_server(model, policy, threshold, engine, precision, host, port, max_batch, max_wait_ms,
