@@ -210,3 +210,17 @@ def test_the_pattern_tells_the_glue_default_from_meaning():
     for text in (f"Definitions: {SHARED}{methods}", f"({methods}, Pooling)", f"{claims} A1",
                  f"{SHARED}{claims}", f"{SHARED}glue2/x"):  # fmt: skip
         assert OUTSIDE.search(text), text
+
+
+def test_the_version_is_written_once_and_read_from_the_metadata():
+    import tomllib
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    import aclpipe
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert aclpipe.__version__ == version("aclpipe") == declared
+    done = CliRunner().invoke(app, ["--version"])
+    assert done.exit_code == 0 and done.output.strip() == f"aclpipe {declared}"

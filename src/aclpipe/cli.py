@@ -62,10 +62,23 @@ MethodOpt = Annotated[
 ]  # written out, not names_option(...), so that a type checker reads it as a type
 
 
+def _print_version(shown: bool) -> None:
+    if shown:
+        from aclpipe import __version__  # the installed metadata's (pyproject.toml)
+
+        console.print(f"aclpipe {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show the full traceback on errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_print_version,
+                     is_eager=True),
     ] = False,
 ) -> None:
     """Contrastive and multi-exit fine-tuning of BERT-family encoders on GLUE."""
