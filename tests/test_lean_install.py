@@ -1,6 +1,7 @@
 """`pip install aclpipe` (the core, no extras) into a fresh virtual environment: torch, DVC and
 matplotlib are not there, `aclpipe predict --engine onnx` answers as the full install's PyTorch
-engine does on the same export, and a command that needs an extra names it in one line.
+engine does on the same export, `aclpipe serve` answers as predict does, and a command that
+needs an extra names it in one line.
 
 Slow: it builds the package and installs its core dependencies from the package index (or
 pip's cache) into the new environment.
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -103,3 +107,33 @@ def test_a_missing_extra_is_named_in_one_line(core_env, export_dir, args, extra)
     assert done.stderr.strip().splitlines() == [
         f"error: this needs torch, which the core install leaves out: pip install 'aclpipe[{extra}]'"
     ]
+
+
+@pytest.mark.slow
+def test_serve_in_the_core_answers_as_predict(core_env, export_dir):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    server = subprocess.Popen(
+        [str(core_env / "bin" / "aclpipe"), "serve", "--model", str(export_dir), "--port", "0"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    try:
+        port = None
+        for line in server.stderr:  # the start-up line names the port, once the engine is warm
+            if match := re.search(r"http://127\.0\.0\.1:(\d+)", line):
+                port = int(match.group(1))
+                break
+        assert port, f"serve did not start: exit code {server.poll()}"
+        body = json.dumps([{"text": text} for text in LINES]).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/predict", data=body)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            served = json.loads(answer.read())
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    predicted = run(core_env, "predict", "--model", str(export_dir), stdin="\n".join(LINES) + "\n")
+    rows = [json.loads(line) for line in predicted.stdout.splitlines()]
+    assert [(r["label"], r["exit_layer"]) for r in served] == [
+        (r["label"], r["exit_layer"]) for r in rows
+    ]
+    for got, want in zip(served, rows):
+        assert got["probability"] == pytest.approx(want["probability"], abs=1e-6)
