@@ -134,7 +134,7 @@ def has_run_log(folder: Path) -> bool:
 def _read_legacy(folder: Path) -> RunLog:
     with open(folder / LEGACY_STEPS, encoding="utf-8") as f:
         steps = [json.loads(line) for line in f]
-    summary = {"epochs": []}
+    summary: dict = {"epochs": []}
     if (folder / LEGACY_HISTORY).exists():
         summary = json.loads((folder / LEGACY_HISTORY).read_text(encoding="utf-8"))
     history = summary.pop("epochs")

@@ -97,7 +97,7 @@ def carve_by_family(
         members.setdefault(f, []).append(i)
     ids = sorted(members)
     random.Random(seed).shuffle(ids)
-    target, held = round(fraction * len(examples)), set()
+    target, held = round(fraction * len(examples)), set[int]()  # row indices
     for f in ids:
         if len(held) >= target:
             break

@@ -90,7 +90,7 @@ def all_reduce_mean(grads: list[torch.Tensor | None], params: list[torch.Tensor]
     device = params[0].device if params else None  # NCCL reduces device tensors only
     reached = torch.tensor([g is not None for g in grads], dtype=torch.int32, device=device)
     dist.all_reduce(reached)
-    out = []
+    out: list[torch.Tensor | None] = []
     for g, p, anywhere in zip(grads, params, reached.tolist(), strict=True):
         if not anywhere:
             out.append(None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 
 class TrainProgress:
@@ -12,7 +12,7 @@ class TrainProgress:
     def __init__(self, console: Console, log_every: int, enabled: bool = True) -> None:
         self.console, self.log_every, self.enabled = console, log_every, enabled
         self._bar: Progress | None = None
-        self._task = None
+        self._task = TaskID(0)  # the bar's one task, once there is a bar
         self._samples = 0
         self._seconds = 0.0
         self._step = 0
