@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -30,17 +31,23 @@ def code_blocks(text: str) -> list[str]:
     return re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
 
 
-def readme_commands() -> list[list[str]]:
-    """Every `aclpipe ...` the README's code blocks run (prompt and comments dropped)."""
+def page_commands(page: Path) -> list[list[str]]:
+    """Every `aclpipe ...` a page's code blocks run (prompt, comments and pipes dropped)."""
     commands = []
-    for block in code_blocks(README.read_text(encoding="utf-8")):
+    for block in code_blocks(page.read_text(encoding="utf-8")):
         for line in block.splitlines():
             line = line.split(" #")[0].strip().removeprefix("$ ")
-            for part in line.split("|"):
-                words = shlex.split(part.strip()) if part.strip() else []
-                if words[:1] == ["aclpipe"]:
-                    commands.append(words)
+            start = line.find("aclpipe ")
+            if start < 0:
+                continue
+            words = shlex.split(line[start:].split("|")[0].rstrip("\\ "))
+            if words[:1] == ["aclpipe"]:
+                commands.append(words)
     return commands
+
+
+def readme_commands() -> list[list[str]]:
+    return page_commands(README)
 
 
 def resolve(words: list[str]):
@@ -70,8 +77,12 @@ def test_readme_quick_start_names_the_three_commands():
     assert "aclpipe tradeoff --task qnli" in commands
 
 
-@pytest.mark.parametrize("words", readme_commands(), ids=" ".join)
-def test_readme_commands_exist_with_their_options(words):
+@pytest.mark.parametrize(
+    "words",
+    [words for page in PAGES for words in page_commands(page)],
+    ids=lambda words: " ".join(words),
+)
+def test_the_commands_readme_and_docs_run_exist_with_their_options(words):
     command, rest = resolve(words)
     assert not hasattr(command, "commands"), f"{' '.join(words)}: no such command"
     options = {name for p in command.params for name in [*p.opts, *p.secondary_opts]}
