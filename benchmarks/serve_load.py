@@ -143,10 +143,11 @@ class Client:
         self.opened += 1
         return await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def post(self, body: bytes) -> int:
+    async def post(self, body: bytes, headers: str = "") -> int:
+        """``headers``: extra header lines, each ending in CRLF."""
         reader, writer = await self._connection()
         head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+                f"\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
         writer.write(head + body)
         header = await reader.readuntil(b"\r\n\r\n")
         status = int(header.split(b" ", 2)[1])
@@ -335,6 +336,142 @@ def plot(results: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+async def closed_loop(port: int, connections: int, seconds: float, sentences: list[str],
+                      headers: str = "", seed: int = 0) -> dict:  # fmt: skip
+    """``connections`` clients, each on one keep-alive connection, each sending its next
+    request as soon as its answer is in (wrk's model), for ``seconds``: answers per second,
+    latency percentiles and errors. Requests take the sentences in turn from a seeded start."""
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    stop = loop.time() + seconds
+    offset = random.Random(seed).randrange(len(sentences))
+
+    async def client(lane: int) -> None:
+        conn, i = Client(port), offset + lane
+        while loop.time() < stop:
+            body = json.dumps({"text": sentences[i % len(sentences)]}).encode()
+            i += connections
+            began = loop.time()
+            try:
+                status = await asyncio.wait_for(conn.post(body, headers), 10)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as err:
+                errors[type(err).__name__] = errors.get(type(err).__name__, 0) + 1
+                conn = Client(port)
+                continue
+            if status != 200:
+                errors[str(status)] = errors.get(str(status), 0) + 1
+                continue
+            latencies.append(loop.time() - began)
+        conn.close()
+
+    began = loop.time()
+    await asyncio.gather(*(client(lane) for lane in range(connections)))
+    took = loop.time() - began
+    ranked = sorted(latencies)
+
+    def pct(q: float) -> float | None:
+        return round(ranked[min(len(ranked) - 1, int(q * len(ranked)))], 5) if ranked else None
+
+    return {
+        "connections": connections,
+        "answered": len(latencies),
+        "errors_by_kind": errors,
+        "throughput_per_s": round(len(latencies) / took, 1),
+        "p50_s": pct(0.50),
+        "p99_s": pct(0.99),
+        "seconds": round(took, 2),
+    }
+
+
+def in_process_throughput(predictor, sentences: list[str]) -> float:
+    """Sentences per second of in-process ``predict`` (``Predictor.records``: tokenize, sort
+    by length, batch, run, format) over ``sentences``, the whole path timed."""
+    began = time.perf_counter()
+    count = sum(1 for _ in predictor.records(sentences))
+    return count / (time.perf_counter() - began)
+
+
+def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dict:
+    """Per server, ``--rounds`` rounds side by side: in-process ``predict`` on the same
+    engine, setting, threads and batch limit (``--max-batch``: the server's batch limit and
+    predict's batch size), then the server closed-loop at each of ``--connections``; the
+    ratio of each round's server throughput to that round's in-process throughput."""
+    from aclpipe.early_exit.predict import Predictor
+
+    sample = sentences[: args.sample]
+    out = {}
+    for name, options in servers.items():
+        precision = "int8" if "int8" in options else "fp32"
+        policy = "none" if "none" in options else args.policy
+        server = Server(args.export, [*options, "--max-batch", str(args.max_batch)])
+        predictor = Predictor(args.export, policy, args.threshold, batch_size=args.max_batch,
+                              threads=args.threads, precision=precision)  # fmt: skip
+        in_process_throughput(predictor, sample[:200])  # warm-up
+        asyncio.run(closed_loop(server.port, 4, 1.0, sentences))
+        rounds = []
+        for r in range(args.rounds):
+            row = {"in_process_per_s": round(in_process_throughput(predictor, sample), 1)}
+            for n in args.connections:
+                step = asyncio.run(closed_loop(server.port, n, args.seconds, sentences, seed=r))
+                row[f"c{n}"] = step
+                row[f"ratio_c{n}"] = round(step["throughput_per_s"] / row["in_process_per_s"], 3)
+            rounds.append(row)
+            print(f"{name} round {r}: {json.dumps(row)}", file=sys.stderr, flush=True)
+        code = server.stop()
+        out[name] = {
+            "banner": server.banner,
+            "exit_code_after_sigterm": code,
+            "rounds": rounds,
+            "median_in_process_per_s": statistics.median(r["in_process_per_s"] for r in rounds),
+            **{f"median_ratio_c{n}": statistics.median(r[f"ratio_c{n}"] for r in rounds)
+               for n in args.connections},
+            **{f"median_p99_c{n}_s": statistics.median(r[f"c{n}"]["p99_s"] for r in rounds)
+               for n in args.connections},
+            **{f"median_throughput_c{n}_per_s":
+               statistics.median(r[f"c{n}"]["throughput_per_s"] for r in rounds)
+               for n in args.connections},
+        }  # fmt: skip
+    return out
+
+
+def run_saturation(args, record: dict, setting: list[str], sentences: list[str]) -> None:
+    args.connections = [int(n) for n in args.connections.split(",")]
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting)
+    servers = {n: o for n, o in servers.items() if n in (args.only or "ee-int8").split(",")}
+    began = time.perf_counter()
+    results = saturation(args, servers, sentences)
+    out = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "export": args.export.as_posix(),
+        "default_setting": record.get("default_setting"),
+        "machine": machine(),
+        "stack": stack(),
+        "load_average_at_end": os.getloadavg(),
+        "threads": args.threads,
+        "max_batch": args.max_batch,
+        "max_wait_ms": args.max_wait_ms,
+        "seconds_per_step": args.seconds,
+        "in_process_sentences": min(args.sample, len(sentences)),
+        "targets": {"ratio_at_saturation": 0.85, "p99_s_at_16_connections": 0.030},
+        "servers": results,
+        "wall_seconds": round(time.perf_counter() - began, 1),
+    }
+    if args.out == Path("benchmarks/results/serve_load.json"):
+        args.out = Path("benchmarks/results/serve_saturation.json")
+    write_text(args.out, json.dumps(out, indent=2) + "\n")
+    print(json.dumps({n: {k: v for k, v in r.items() if k.startswith("median")}
+                      for n, r in results.items()}, indent=2))  # fmt: skip
+
+
+def stack() -> dict[str, str]:
+    """Versions of what a request passes through."""
+    from importlib.metadata import version
+
+    names = ("onnxruntime", "tokenizers", "starlette", "uvicorn", "numpy")
+    return {"python": sys.version.split()[0], **{n: version(n) for n in names}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
@@ -353,12 +490,23 @@ def main() -> None:
     parser.add_argument("--light", type=int, default=200, help="sentences timed in process")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
     parser.add_argument("--figure", type=Path, default=Path("reports/serve/latency_vs_load.png"))
+    parser.add_argument(
+        "--saturation", action="store_true",
+        help="instead of the open-loop steps: closed-loop saturation against in-process predict",
+    )  # fmt: skip
+    parser.add_argument("--connections", default="16,64", help="saturation: connections per step")
+    parser.add_argument("--rounds", type=int, default=3, help="saturation: rounds side by side")
+    parser.add_argument("--max-batch", type=int, default=32, help="saturation: the batch limit")
+    parser.add_argument("--sample", type=int, default=872, help="saturation: in-process sentences")
     args = parser.parse_args()
     record = json.loads((args.export / "export.json").read_text(encoding="utf-8"))
     setting = ["--policy", args.policy] if args.policy else []
     if args.threshold is not None:
         setting += ["--threshold", repr(args.threshold)]
     sentences = sst2_dev(args.glue_dir)
+    if args.saturation:
+        run_saturation(args, record, setting, sentences)
+        return
     rates = [float(r) for r in args.rates.split(",")]
     began = time.perf_counter()
     results, banners, stopped = {}, {}, {}
