@@ -15,7 +15,7 @@ next request as soon as its answer is in). Per answered request, the mean millis
   records), ``pad`` and ``handover`` (the rest: the records written as JSON lines and read
   back, when the server does that);
 - ``wakeup``: from the worker finishing the batch to the event loop resuming the request;
-- ``respond``: the answer rendered as JSON;
+- ``respond``: the answer shaped (where the event loop does it) and rendered as JSON;
 - ``http``: the rest of the time the client saw (reading the request, routing, writing the
   answer, the event loop's turns between requests).
 
@@ -80,9 +80,11 @@ import aclpipe.early_exit.serve as serve, aclpipe.early_exit.scheduler as schedu
 import aclpipe.early_exit.predict as predict, aclpipe.early_exit.onnx_runtime as onnx_runtime
 import starlette.responses
 timed(serve, "parse_records", "parse")
-timed(serve, "read_records", "parse")
-timed(serve, "tokenize_records", "tokenize")
+timed(serve, "read_body", "parse")
+timed(serve, "tokenize", "tokenize")
 timed(starlette.responses.JSONResponse, "render", "respond")
+if hasattr(serve, "Answers"):
+    timed(serve.Answers, "__call__", "respond")
 take = scheduler.MicroBatcher._take
 def taking(self):
     batch = take(self)
@@ -98,6 +100,8 @@ timed(scheduler.PredictorAdapter, "answer", "batch", per_batch=True)
 timed(predict, "encode", "tokenize_in_batch", per_batch=True)
 timed(predict, "pad", "pad", per_batch=True)
 timed(predict.Predictor, "answers", "format", per_batch=True)
+if hasattr(predict.Predictor, "run_rows"):  # answers is not on the server's path there
+    timed(predict.Predictor, "outputs", "format", per_batch=True)
 timed(onnx_runtime.OnnxEarlyExit, "__call__", "inference", per_batch=True)
 wrap = asyncio.wrap_future
 def wrap_future(future, *, loop=None):

@@ -50,10 +50,12 @@ import os
 import random
 import re
 import select
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,6 +74,7 @@ LIGHT_P50 = "p50_from_send_s"
 P99_TARGET = 0.050  # seconds: the latency a rate must keep to count as held
 SATURATED_P99 = 1.0  # seconds: past this (or 5% errors) a server's steps stop
 SATURATED_ERRORS = 0.05
+LIGHT_KEY = "a-benchmark-api-key"  # the light-load comparison's --api-key
 
 
 def sst2_dev(glue_dir: Path) -> list[str]:
@@ -97,8 +100,11 @@ def contenders(
 
 
 class Server:
-    def __init__(self, export: Path, options: list[str]) -> None:
+    def __init__(self, export: Path, options: list[str], source: Path | None = None) -> None:
+        """``source``: a ``src`` folder of another aclpipe checkout to run instead (a baseline)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
         command = [sys.executable, "-m", "aclpipe.cli", "serve", "--model", str(export),
                    "--port", "0", *options]  # fmt: skip
         self.proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
@@ -384,12 +390,91 @@ async def closed_loop(port: int, connections: int, seconds: float, sentences: li
     }
 
 
+WRK_SCRIPT = """
+bodies = {%s}
+i = %d
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i + 1
+  return wrk.format(nil, nil, nil, bodies[(i %% #bodies) + 1])
+end
+"""
+WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def wrk_loop(port: int, connections: int, seconds: float, sentences: list[str],
+             seed: int = 0) -> dict:  # fmt: skip
+    """``closed_loop``'s measurement made by ``wrk`` (one thread, C, so the client takes
+    little of the cores the server shares with it): the same fields."""
+    bodies = ",".join("[==[" + json.dumps({"text": s}) + "]==]" for s in sentences)
+    start = random.Random(seed).randrange(len(sentences))
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % (bodies, start))
+    try:
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "--latency",
+             "-s", script.name, f"http://127.0.0.1:{port}/predict"],
+            capture_output=True, text=True, timeout=seconds + 60,
+        )  # fmt: skip
+    finally:
+        os.unlink(script.name)
+    text = done.stdout
+
+    def latency(percent: str) -> float:
+        value, unit = re.search(rf"^\s*{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M).groups()
+        return round(float(value) * WRK_UNITS[unit], 5)
+
+    answered = int(re.search(r"(\d+) requests in", text).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    failed = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    errors = {"non_2xx": int(bad.group(1))} if bad else {}
+    if failed:
+        errors["socket"] = sum(int(n) for n in failed.groups())
+    took = float(re.search(r"requests in ([\d.]+)s", text).group(1))
+    ok = answered - errors.get("non_2xx", 0)
+    return {
+        "connections": connections,
+        "answered": ok,
+        "errors_by_kind": errors,
+        "throughput_per_s": round(ok / took, 1),
+        "p50_s": latency("50"),
+        "p99_s": latency("99"),
+        "seconds": took,
+        "client": "wrk",
+    }
+
+
 def in_process_throughput(predictor, sentences: list[str]) -> float:
     """Sentences per second of in-process ``predict`` (``Predictor.records``: tokenize, sort
     by length, batch, run, format) over ``sentences``, the whole path timed."""
     began = time.perf_counter()
     count = sum(1 for _ in predictor.records(sentences))
     return count / (time.perf_counter() - began)
+
+
+async def light_cost(variants: dict[str, tuple[int, str, bool]], sentences: list[str],
+                     count: int, gap: float) -> dict:  # fmt: skip
+    """Light load: one request at a time, ``gap`` seconds apart, to each variant in turn
+    (``name: (port, extra headers, TEI body)``), the same sentence to every variant; per
+    variant the p50 and mean latency in ms and its p50's difference from the first one's."""
+    clients = {name: Client(port) for name, (port, _, _) in variants.items()}
+    loop, times = asyncio.get_running_loop(), {name: [] for name in variants}
+    for i in range(count):
+        sentence = sentences[i % len(sentences)]
+        for name, (_, headers, tei) in variants.items():
+            body = json.dumps({"inputs": sentence} if tei else {"text": sentence}).encode()
+            await asyncio.sleep(gap)
+            began = loop.time()
+            assert await clients[name].post(body, headers) == 200
+            times[name].append(loop.time() - began)
+    for client in clients.values():
+        client.close()
+    first = statistics.median(next(iter(times.values())))
+    return {name: {"p50_ms": round(1000 * statistics.median(t), 3),
+                   "mean_ms": round(1000 * statistics.fmean(t), 3),
+                   "p50_added_ms": round(1000 * (statistics.median(t) - first), 3)}
+            for name, t in times.items()}  # fmt: skip
 
 
 def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dict:
@@ -405,6 +490,11 @@ def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dic
         precision = "int8" if "int8" in options else "fp32"
         policy = "none" if "none" in options else args.policy
         server = Server(args.export, [*options, "--max-batch", str(args.max_batch)])
+        baseline = None
+        if args.baseline_src is not None:
+            baseline = Server(args.export, [*options, "--max-batch", str(args.max_batch)],
+                              source=args.baseline_src)  # fmt: skip
+            asyncio.run(closed_loop(baseline.port, 4, 1.0, sentences))
         predictor = Predictor(args.export, policy, args.threshold, batch_size=args.max_batch,
                               threads=args.threads, precision=precision)  # fmt: skip
         in_process_throughput(predictor, sample[:200])  # warm-up
@@ -412,26 +502,54 @@ def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dic
         rounds = []
         for r in range(args.rounds):
             row = {"in_process_per_s": round(in_process_throughput(predictor, sample), 1)}
-            for n in args.connections:
-                step = asyncio.run(closed_loop(server.port, n, args.seconds, sentences, seed=r))
-                row[f"c{n}"] = step
-                row[f"ratio_c{n}"] = round(step["throughput_per_s"] / row["in_process_per_s"], 3)
+            for label, running in (("", server), ("baseline_", baseline)):
+                if running is None:
+                    continue
+                for n in args.connections:
+                    if args.client == "wrk":
+                        step = wrk_loop(running.port, n, args.seconds, sentences, seed=r)
+                    else:
+                        step = asyncio.run(
+                            closed_loop(running.port, n, args.seconds, sentences, seed=r)
+                        )
+                    row[f"{label}c{n}"] = step
+                    share = step["throughput_per_s"] / row["in_process_per_s"]
+                    row[f"{label}ratio_c{n}"] = round(share, 3)
             rounds.append(row)
             print(f"{name} round {r}: {json.dumps(row)}", file=sys.stderr, flush=True)
+        light = None
+        if args.light_requests:
+            keyed = Server(args.export, [*options, "--max-batch", str(args.max_batch),
+                                         "--api-key", LIGHT_KEY])  # fmt: skip
+            variants = {"plain": (server.port, "", False)}
+            if baseline is not None:
+                variants = {"baseline": (baseline.port, "", False), **variants}
+            variants["tei_body"] = (server.port, "", True)
+            variants["api_key"] = (keyed.port, f"Authorization: Bearer {LIGHT_KEY}\r\n", False)
+            light = asyncio.run(light_cost(variants, sentences, args.light_requests, 0.01))
+            keyed.stop()
+            print(f"{name} light: {json.dumps(light)}", file=sys.stderr, flush=True)
         code = server.stop()
+        baseline_code = baseline.stop() if baseline is not None else None
+        medians = {}
+        for label in ("", "baseline_") if baseline is not None else ("",):
+            for n in args.connections:
+                medians[f"median_{label}ratio_c{n}"] = statistics.median(
+                    r[f"{label}ratio_c{n}"] for r in rounds)  # fmt: skip
+                medians[f"median_{label}p99_c{n}_s"] = statistics.median(
+                    r[f"{label}c{n}"]["p99_s"] for r in rounds)  # fmt: skip
+                medians[f"median_{label}throughput_c{n}_per_s"] = statistics.median(
+                    r[f"{label}c{n}"]["throughput_per_s"] for r in rounds)  # fmt: skip
         out[name] = {
             "banner": server.banner,
+            "baseline_banner": baseline.banner if baseline is not None else None,
             "exit_code_after_sigterm": code,
+            "baseline_exit_code_after_sigterm": baseline_code,
+            "light_load": light,
             "rounds": rounds,
+            **medians,
             "median_in_process_per_s": statistics.median(r["in_process_per_s"] for r in rounds),
-            **{f"median_ratio_c{n}": statistics.median(r[f"ratio_c{n}"] for r in rounds)
-               for n in args.connections},
-            **{f"median_p99_c{n}_s": statistics.median(r[f"c{n}"]["p99_s"] for r in rounds)
-               for n in args.connections},
-            **{f"median_throughput_c{n}_per_s":
-               statistics.median(r[f"c{n}"]["throughput_per_s"] for r in rounds)
-               for n in args.connections},
-        }  # fmt: skip
+        }
     return out
 
 
@@ -452,7 +570,9 @@ def run_saturation(args, record: dict, setting: list[str], sentences: list[str])
         "max_batch": args.max_batch,
         "max_wait_ms": args.max_wait_ms,
         "seconds_per_step": args.seconds,
+        "client": args.client,
         "in_process_sentences": min(args.sample, len(sentences)),
+        "baseline": baseline_commit(args.baseline_src),
         "targets": {"ratio_at_saturation": 0.85, "p99_s_at_16_connections": 0.030},
         "servers": results,
         "wall_seconds": round(time.perf_counter() - began, 1),
@@ -462,6 +582,15 @@ def run_saturation(args, record: dict, setting: list[str], sentences: list[str])
     write_text(args.out, json.dumps(out, indent=2) + "\n")
     print(json.dumps({n: {k: v for k, v in r.items() if k.startswith("median")}
                       for n, r in results.items()}, indent=2))  # fmt: skip
+
+
+def baseline_commit(source: Path | None) -> str | None:
+    """The commit a baseline ``src`` folder was taken from, when it says (a BASELINE file
+    beside it), else that it was given."""
+    if source is None:
+        return None
+    marker = source.parent / "BASELINE"
+    return marker.read_text(encoding="utf-8").strip() if marker.is_file() else "given"
 
 
 def stack() -> dict[str, str]:
@@ -498,6 +627,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="saturation: rounds side by side")
     parser.add_argument("--max-batch", type=int, default=32, help="saturation: the batch limit")
     parser.add_argument("--sample", type=int, default=872, help="saturation: in-process sentences")
+    parser.add_argument(
+        "--baseline-src", type=Path,
+        help="saturation: also run the server from this src folder (another checkout), side by side",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client", choices=("wrk", "python"), default="wrk" if shutil.which("wrk") else "python",
+        help="saturation's load generator: wrk (Debian's package; the default where installed) "
+        "or this script's asyncio client",
+    )  # fmt: skip
+    parser.add_argument(
+        "--light-requests", type=int, default=300,
+        help="saturation: requests per variant at light load (plain, TEI body, API key; 0: none)",
+    )  # fmt: skip
     args = parser.parse_args()
     record = json.loads((args.export / "export.json").read_text(encoding="utf-8"))
     setting = ["--policy", args.policy] if args.policy else []

@@ -182,6 +182,8 @@ MALFORMED = {  # kind: (status, body)
     "wrong_type": (422, b'{"text": 5}'),
     "empty_text": (422, b'{"text": "   "}'),
     "body_too_large": (413, json.dumps({"text": "good " * MAX_BODY}).encode()),
+    "bad_text": (422, b'[{"text": "good"}, {"text": "\\ud800 film"}]'),  # a lone surrogate
+    "too_deep": (400, b"[" * 1000 + b"]" * 1000),  # past the depth limit, under MAX_BODY
 }
 
 
@@ -214,8 +216,8 @@ def errors_by_kind(conn: http.client.HTTPConnection) -> dict[str, float]:
 def test_a_malformed_mix_every_answer_as_predict(
     export_dir: Path, threshold: float, scheduler: str
 ) -> None:
-    """2,000 requests, 5% malformed, from 8 client threads: each malformed one a 4xx with a
-    one-line JSON error of its kind, each valid one predict's label and exit layer (probability
+    """2,000 requests, 5% malformed (a lone surrogate and a body nested 1,000 deep among them),
+    from 8 client threads: each malformed one a 4xx with a one-line JSON error of its kind, each valid one predict's label and exit layer (probability
     within 1e-4), none dropped; the error counter in /metrics agrees. Under both schedulers."""
     expected = expected_answers(export_dir, threshold)
     assert len({r["exit_layer"] for r in expected.values()}) > 1  # the policy exits early

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import re
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from tokenizers.processors import TemplateProcessing
 
 from aclpipe.early_exit.bodies import MAX_DEPTH, BadRequest, Limits, check_depth, read_body
 from aclpipe.early_exit.predict import Predictor
-from aclpipe.early_exit.scheduler import MicroBatcher
+from aclpipe.early_exit.scheduler import MicroBatcher, length_groups
 from aclpipe.early_exit.serve import Metrics, ServeSettings, build_app
 from aclpipe.errors import UserError
 
@@ -407,3 +408,42 @@ def test_docs_show_every_server_case_as_the_server_answers_it() -> None:
         assert got == status and b"\n" not in answer.strip(), (name, got, answer)
         assert row[2] == f"{status} `{answer.decode()}`", (name, row[2])
         assert len(row) == 4 and all(row), row
+
+
+def test_serving_doc_lists_every_route_and_every_error_kind() -> None:
+    """docs/serving.md shows each route of the app and each error kind the code can answer
+    (read from the source: every ``BadRequest(status, "kind"`` and ``error(status, "kind"``)."""
+    app, _, batcher = make_app()
+    batcher.close(5)
+    doc = (DOCS.parent / "serving.md").read_text(encoding="utf-8")
+    for route in app.routes:
+        for method in route.methods - {"HEAD"}:
+            assert f"`{method} {route.path}`" in doc, (method, route.path)
+    source = Path(__file__).resolve().parents[1] / "src" / "aclpipe" / "early_exit"
+    text = "".join((source / name).read_text(encoding="utf-8") for name in ("serve.py", "bodies.py"))
+    kinds = set(re.findall(r'(?:BadRequest|error)\(\s*\d+,\s*"(\w+)"', text))
+    kinds |= set(re.findall(r'\d{3}: "(\w+)"', text))  # the 404/405 kinds
+    assert {"bad_text", "too_deep", "unauthorized", "engine", "not_found"} <= kinds
+    for kind in kinds:
+        assert f"`{kind}`" in doc, kind
+
+
+def brute_force_cost(lengths: list[int], call_tokens: float) -> float:
+    """The cheapest split of the sorted lengths into runs, trying every set of cut points."""
+    ranked, best = sorted(lengths), math.inf
+    for mask in range(1 << (len(ranked) - 1)):
+        cuts = [0, *(i + 1 for i in range(len(ranked) - 1) if mask >> i & 1), len(ranked)]
+        runs = [ranked[a:b] for a, b in zip(cuts, cuts[1:])]
+        best = min(best, sum(call_tokens + len(run) * run[-1] for run in runs))
+    return best
+
+
+@pytest.mark.parametrize("call_tokens", [0.5, 8, 40])
+@pytest.mark.parametrize("seed", range(12))
+def test_length_groups_finds_the_cheapest_split(seed: int, call_tokens: float) -> None:
+    rng = random.Random(seed)
+    lengths = [rng.choice([3, 5, 9, 12, 20, 31, 55]) for _ in range(rng.randint(1, 9))]
+    groups = length_groups(lengths, call_tokens)
+    assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+    cost = sum(call_tokens + len(g) * max(lengths[i] for i in g) for g in groups)
+    assert cost == pytest.approx(brute_force_cost(lengths, call_tokens))

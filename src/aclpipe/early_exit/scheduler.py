@@ -51,17 +51,50 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+# One engine call's fixed cost in padded tokens' worth of compute: what splitting a batch
+# into groups of similar length must save to pay for one more call (``length_groups``).
+CALL_TOKENS = 8
+
+
+def length_groups(lengths: list[int], call_tokens: float = CALL_TOKENS) -> list[list[int]]:
+    """Indices of ``lengths`` cut into groups of similar length, each one engine call: the
+    split that minimises the padded tokens run plus ``call_tokens`` per call (a row costs its
+    group's longest length; groups are runs of the sorted order, found exactly by dynamic
+    programming over the cut points).
+
+    Requests arrive in no order of length: a batch of 32 random SST-2 dev sentences, padded
+    to its longest, runs 1.93x the tokens it holds, where ``predict``, which sorts 2,048
+    sentences before it cuts batches, runs 1.04x."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    ranked = [lengths[i] for i in order]
+    best, cut = [0.0] * (len(ranked) + 1), [0] * (len(ranked) + 1)
+    for end in range(1, len(ranked) + 1):  # best[end]: cheapest split of ranked[:end]
+        best[end], cut[end] = min(
+            (best[start] + call_tokens + (end - start) * ranked[end - 1], start)
+            for start in range(end)
+        )
+    groups, end = [], len(ranked)
+    while end:
+        groups.append(order[cut[end] : end])
+        end = cut[end]
+    return groups[::-1]
+
 
 class PredictorAdapter:
     """The scheduler's one view of the model: a batch of token rows in, ``Predictor.outputs``
-    out (``(logits, probabilities, exit layer)`` per row, same order)."""
+    out (``(logits, probabilities, exit layer)`` per row, same order), one engine call per
+    ``length_groups`` group."""
 
     def __init__(self, predictor) -> None:  # aclpipe.early_exit.predict.Predictor
         self.predictor = predictor
         self.exits: list[int] = list(predictor.exits)
 
     def answer(self, rows: list[dict]) -> list[tuple]:
-        return self.predictor.run_rows(rows)
+        out: list = [None] * len(rows)
+        for group in length_groups([len(row["input_ids"]) for row in rows]):
+            for i, output in zip(group, self.predictor.run_rows([rows[i] for i in group])):
+                out[i] = output
+        return out
 
 
 @dataclass
