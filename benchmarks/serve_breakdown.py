@@ -20,8 +20,8 @@ next request as soon as its answer is in). Per answered request, the mean millis
   answer, the event loop's turns between requests).
 
 The sum of the stages is the mean latency the client saw. Batch-level timers are counted
-once per request of the batch (latency) and, beside them, per record (``per_record_ms``:
-CPU cost). Traffic goes to 127.0.0.1 only, bounded in time.
+once per request of the batch (latency); beside them, ``per_record_ms`` is the worker's batch
+time per record it answered (its cost). Traffic goes to 127.0.0.1 only, bounded in time.
 
 Usage (from the repository root, a minute)::
 
@@ -56,10 +56,10 @@ from aclpipe.atomic import write_text  # noqa: E402
 LAUNCHER = r"""
 import asyncio, atexit, collections, json, sys, threading, time
 totals, counts, lock, local = collections.Counter(), collections.Counter(), threading.Lock(), threading.local()
-def add(stage, seconds, n=1):
+def add(stage, seconds, n=1, per=None):
     with lock:
-        totals[stage] += seconds * n
-        counts[stage] += n
+        totals[stage] += seconds * n if per is None else seconds
+        counts[stage] += n if per is None else per
 def timed(owner, name, stage, per_batch=False):
     inner = getattr(owner, name, None)
     if inner is None:
@@ -72,7 +72,7 @@ def timed(owner, name, stage, per_batch=False):
             took = time.perf_counter() - began
             if per_batch:
                 add(stage, took, getattr(local, "jobs", 1))
-                add(stage + ":record", took, getattr(local, "records", 1))
+                add(stage + ":record", took, per=getattr(local, "records", 1))
             else:
                 add(stage, took)
     setattr(owner, name, wrapper)
@@ -162,8 +162,7 @@ def breakdown(timers: dict, answered: int, mean_latency: float) -> dict:
     ms["handover"] = max(0.0, ms["batch"] - inside)
     ms["http"] = 1000 * mean_latency - sum(ms[s] for s in STAGES) - (
         ms["tokenize"] if "tokenize_in_batch" not in totals else 0.0)  # fmt: skip
-    per_record = {s: 1000 * totals[f"{s}:record"] / counts[f"{s}:record"]
-                  for s in ("batch", *IN_BATCH) if counts.get(f"{s}:record")}  # fmt: skip
+    per_record = {"batch": 1000 * totals["batch:record"] / counts["batch:record"]}
     rounded = {k: round(v, 3) for k, v in ms.items()}
     return {"mean_latency_ms": round(1000 * mean_latency, 3), "stages_ms": rounded,
             "per_record_ms": {k: round(v, 3) for k, v in per_record.items()},
@@ -180,12 +179,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="the loaded run's length")
     parser.add_argument("--label", default="current", help="the key this run's figures go under")
+    parser.add_argument(
+        "--commit", help="the commit of the aclpipe on PYTHONPATH (default: this checkout's HEAD)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_breakdown.json"))
     args = parser.parse_args()
     sentences = sst2_dev(args.glue_dir)
     options = ["--precision", args.precision, "--threads", str(args.threads)]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    here = Path(__file__).resolve().parent
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                                           capture_output=True, text=True).stdout.strip()  # fmt: skip
     result = {"commit": commit}
     for load in ("light", "loaded"):
         proc, port = start(args.export, options)
