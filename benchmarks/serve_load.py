@@ -31,12 +31,23 @@ process, with the same engine, setting and one thread), checked against two in-p
 back to back (caches hot) and at the light step's own arrival times (idle between calls, as
 the server is: the like-for-like one; ``in_process_batch1``).
 
+``--saturation`` measures instead what the server delivers of its engine (the targets:
+>= 0.85 of in-process ``predict`` throughput at the same engine threads and batch limit, and
+p99 <= 30 ms at 16 connections): per round, side by side, in-process ``predict`` (batch size
+``--max-batch``, one thread) on the dev sentences, then the server driven closed-loop at each
+of ``--connections`` (by ``wrk`` where installed: a C client takes little of the cores it
+shares with the server), and with ``--baseline-src`` the same server from another checkout's
+``src``; then, at light load (one request at a time, 10 ms apart, each variant in turn), the
+p50 of the server with predict's body, with TEI's body and with ``--api-key`` (and of the
+baseline). JSON in ``benchmarks/results/serve_saturation.json``.
+
 Usage (from the repository root, after ``dvc repro``; a few minutes)::
 
     python benchmarks/serve_load.py [--export models/sst2/acl-cl/export]
         [--glue-dir ../shared/glue] [--rates 10,14,20,28,40,57,80,113,160,226,320,453,640]
         [--seconds 6] [--out benchmarks/results/serve_load.json]
         [--figure reports/serve/latency_vs_load.png]
+    python benchmarks/serve_load.py --saturation --only ee-int8 [--baseline-src ../old/src]
 """
 
 from __future__ import annotations
