@@ -31,12 +31,23 @@ process, with the same engine, setting and one thread), checked against two in-p
 back to back (caches hot) and at the light step's own arrival times (idle between calls, as
 the server is: the like-for-like one; ``in_process_batch1``).
 
+``--saturation`` measures instead what the server delivers of its engine (the targets:
+>= 0.85 of in-process ``predict`` throughput at the same engine threads and batch limit, and
+p99 <= 30 ms at 16 connections): per round, side by side, in-process ``predict`` (batch size
+``--max-batch``, one thread) on the dev sentences, then the server driven closed-loop at each
+of ``--connections`` (by ``wrk`` where installed: a C client takes little of the cores it
+shares with the server), and with ``--baseline-src`` the same server from another checkout's
+``src``; then, at light load (one request at a time, 10 ms apart, each variant in turn), the
+p50 of the server with predict's body, with TEI's body and with ``--api-key`` (and of the
+baseline). JSON in ``benchmarks/results/serve_saturation.json``.
+
 Usage (from the repository root, after ``dvc repro``; a few minutes)::
 
     python benchmarks/serve_load.py [--export models/sst2/acl-cl/export]
         [--glue-dir ../shared/glue] [--rates 10,14,20,28,40,57,80,113,160,226,320,453,640]
         [--seconds 6] [--out benchmarks/results/serve_load.json]
         [--figure reports/serve/latency_vs_load.png]
+    python benchmarks/serve_load.py --saturation --only ee-int8 [--baseline-src ../old/src]
 """
 
 from __future__ import annotations
@@ -50,10 +61,12 @@ import os
 import random
 import re
 import select
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,6 +85,7 @@ LIGHT_P50 = "p50_from_send_s"
 P99_TARGET = 0.050  # seconds: the latency a rate must keep to count as held
 SATURATED_P99 = 1.0  # seconds: past this (or 5% errors) a server's steps stop
 SATURATED_ERRORS = 0.05
+LIGHT_KEY = "a-benchmark-api-key"  # the light-load comparison's --api-key
 
 
 def sst2_dev(glue_dir: Path) -> list[str]:
@@ -97,8 +111,11 @@ def contenders(
 
 
 class Server:
-    def __init__(self, export: Path, options: list[str]) -> None:
+    def __init__(self, export: Path, options: list[str], source: Path | None = None) -> None:
+        """``source``: a ``src`` folder of another aclpipe checkout to run instead (a baseline)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
         command = [sys.executable, "-m", "aclpipe.cli", "serve", "--model", str(export),
                    "--port", "0", *options]  # fmt: skip
         self.proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
@@ -143,10 +160,11 @@ class Client:
         self.opened += 1
         return await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def post(self, body: bytes) -> int:
+    async def post(self, body: bytes, headers: str = "") -> int:
+        """``headers``: extra header lines, each ending in CRLF."""
         reader, writer = await self._connection()
         head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+                f"\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
         writer.write(head + body)
         header = await reader.readuntil(b"\r\n\r\n")
         status = int(header.split(b" ", 2)[1])
@@ -344,6 +362,270 @@ def recorded_path(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(Path(*path.parts[-4:]))
+async def closed_loop(port: int, connections: int, seconds: float, sentences: list[str],
+                      headers: str = "", seed: int = 0) -> dict:  # fmt: skip
+    """``connections`` clients, each on one keep-alive connection, each sending its next
+    request as soon as its answer is in (wrk's model), for ``seconds``: answers per second,
+    latency percentiles and errors. Requests take the sentences in turn from a seeded start."""
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    stop = loop.time() + seconds
+    offset = random.Random(seed).randrange(len(sentences))
+
+    async def client(lane: int) -> None:
+        conn, i = Client(port), offset + lane
+        while loop.time() < stop:
+            body = json.dumps({"text": sentences[i % len(sentences)]}).encode()
+            i += connections
+            began = loop.time()
+            try:
+                status = await asyncio.wait_for(conn.post(body, headers), 10)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as err:
+                errors[type(err).__name__] = errors.get(type(err).__name__, 0) + 1
+                conn = Client(port)
+                continue
+            if status != 200:
+                errors[str(status)] = errors.get(str(status), 0) + 1
+                continue
+            latencies.append(loop.time() - began)
+        conn.close()
+
+    began = loop.time()
+    await asyncio.gather(*(client(lane) for lane in range(connections)))
+    took = loop.time() - began
+    ranked = sorted(latencies)
+
+    def pct(q: float) -> float | None:
+        return round(ranked[min(len(ranked) - 1, int(q * len(ranked)))], 5) if ranked else None
+
+    return {
+        "connections": connections,
+        "answered": len(latencies),
+        "errors_by_kind": errors,
+        "throughput_per_s": round(len(latencies) / took, 1),
+        "p50_s": pct(0.50),
+        "p99_s": pct(0.99),
+        "seconds": round(took, 2),
+    }
+
+
+WRK_SCRIPT = """
+bodies = {%s}
+i = %d
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i + 1
+  return wrk.format(nil, nil, nil, bodies[(i %% #bodies) + 1])
+end
+"""
+WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def wrk_loop(port: int, connections: int, seconds: float, sentences: list[str],
+             seed: int = 0) -> dict:  # fmt: skip
+    """``closed_loop``'s measurement made by ``wrk`` (one thread, C, so the client takes
+    little of the cores the server shares with it): the same fields."""
+    bodies = ",".join("[==[" + json.dumps({"text": s}) + "]==]" for s in sentences)
+    start = random.Random(seed).randrange(len(sentences))
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % (bodies, start))
+    try:
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "--latency",
+             "-s", script.name, f"http://127.0.0.1:{port}/predict"],
+            capture_output=True, text=True, timeout=seconds + 60,
+        )  # fmt: skip
+    finally:
+        os.unlink(script.name)
+    text = done.stdout
+
+    def latency(percent: str) -> float:
+        value, unit = re.search(rf"^\s*{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M).groups()
+        return round(float(value) * WRK_UNITS[unit], 5)
+
+    answered = int(re.search(r"(\d+) requests in", text).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    failed = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    errors = {"non_2xx": int(bad.group(1))} if bad else {}
+    if failed:
+        errors["socket"] = sum(int(n) for n in failed.groups())
+    took = float(re.search(r"requests in ([\d.]+)s", text).group(1))
+    ok = answered - errors.get("non_2xx", 0)
+    return {
+        "connections": connections,
+        "answered": ok,
+        "errors_by_kind": errors,
+        "throughput_per_s": round(ok / took, 1),
+        "p50_s": latency("50"),
+        "p99_s": latency("99"),
+        "seconds": took,
+        "client": "wrk",
+    }
+
+
+def in_process_throughput(predictor, sentences: list[str]) -> float:
+    """Sentences per second of in-process ``predict`` (``Predictor.records``: tokenize, sort
+    by length, batch, run, format) over ``sentences``, the whole path timed."""
+    began = time.perf_counter()
+    count = sum(1 for _ in predictor.records(sentences))
+    return count / (time.perf_counter() - began)
+
+
+async def light_cost(variants: dict[str, tuple[int, str, bool]], sentences: list[str],
+                     count: int, gap: float) -> dict:  # fmt: skip
+    """Light load: one request at a time, ``gap`` seconds apart, to each variant in turn
+    (``name: (port, extra headers, TEI body)``), the same sentence to every variant, the
+    order rotated from one sentence to the next (the first request after a pause measured
+    slower, whichever server got it: 12.9 against 5.8 ms, then 11.7 against 6.7 ms with the
+    order swapped, in a probe); per variant the p50 and mean latency in ms and its p50's
+    difference from the first variant's."""
+    clients = {name: Client(port) for name, (port, _, _) in variants.items()}
+    loop, times = asyncio.get_running_loop(), {name: [] for name in variants}
+    names = list(variants)
+    for i in range(count):
+        sentence = sentences[i % len(sentences)]
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            _, headers, tei = variants[name]
+            body = json.dumps({"inputs": sentence} if tei else {"text": sentence}).encode()
+            await asyncio.sleep(gap)
+            began = loop.time()
+            assert await clients[name].post(body, headers) == 200
+            times[name].append(loop.time() - began)
+    for client in clients.values():
+        client.close()
+    first = statistics.median(next(iter(times.values())))
+    return {name: {"p50_ms": round(1000 * statistics.median(t), 3),
+                   "mean_ms": round(1000 * statistics.fmean(t), 3),
+                   "p50_added_ms": round(1000 * (statistics.median(t) - first), 3)}
+            for name, t in times.items()}  # fmt: skip
+
+
+def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dict:
+    """Per server, ``--rounds`` rounds side by side: in-process ``predict`` on the same
+    engine, setting, threads and batch limit (``--max-batch``: the server's batch limit and
+    predict's batch size), then the server closed-loop at each of ``--connections``; the
+    ratio of each round's server throughput to that round's in-process throughput."""
+    from aclpipe.early_exit.predict import Predictor
+
+    sample = sentences[: args.sample]
+    out = {}
+    for name, options in servers.items():
+        precision = "int8" if "int8" in options else "fp32"
+        policy = "none" if "none" in options else args.policy
+        server = Server(args.export, [*options, "--max-batch", str(args.max_batch)])
+        baseline = None
+        if args.baseline_src is not None:
+            baseline = Server(args.export, [*options, "--max-batch", str(args.max_batch)],
+                              source=args.baseline_src)  # fmt: skip
+            asyncio.run(closed_loop(baseline.port, 4, 1.0, sentences))
+        predictor = Predictor(args.export, policy, args.threshold, batch_size=args.max_batch,
+                              threads=args.threads, precision=precision)  # fmt: skip
+        in_process_throughput(predictor, sample[:200])  # warm-up
+        asyncio.run(closed_loop(server.port, 4, 1.0, sentences))
+        rounds = []
+        for r in range(args.rounds):
+            row = {"in_process_per_s": round(in_process_throughput(predictor, sample), 1)}
+            for label, running in (("", server), ("baseline_", baseline)):
+                if running is None:
+                    continue
+                for n in args.connections:
+                    if args.client == "wrk":
+                        step = wrk_loop(running.port, n, args.seconds, sentences, seed=r)
+                    else:
+                        step = asyncio.run(
+                            closed_loop(running.port, n, args.seconds, sentences, seed=r)
+                        )
+                    row[f"{label}c{n}"] = step
+                    share = step["throughput_per_s"] / row["in_process_per_s"]
+                    row[f"{label}ratio_c{n}"] = round(share, 3)
+            rounds.append(row)
+            print(f"{name} round {r}: {json.dumps(row)}", file=sys.stderr, flush=True)
+        light = None
+        if args.light_requests:
+            keyed = Server(args.export, [*options, "--max-batch", str(args.max_batch),
+                                         "--api-key", LIGHT_KEY])  # fmt: skip
+            bearer = f"Authorization: Bearer {LIGHT_KEY}\r\n"
+            asyncio.run(closed_loop(keyed.port, 4, 1.0, sentences, bearer))  # warm, as the others
+            variants = {"plain": (server.port, "", False)}
+            if baseline is not None:
+                variants = {"baseline": (baseline.port, "", False), **variants}
+            variants["tei_body"] = (server.port, "", True)
+            variants["api_key"] = (keyed.port, bearer, False)
+            light = asyncio.run(light_cost(variants, sentences, args.light_requests, 0.01))
+            keyed.stop()
+            print(f"{name} light: {json.dumps(light)}", file=sys.stderr, flush=True)
+        code = server.stop()
+        baseline_code = baseline.stop() if baseline is not None else None
+        medians = {}
+        for label in ("", "baseline_") if baseline is not None else ("",):
+            for n in args.connections:
+                medians[f"median_{label}ratio_c{n}"] = statistics.median(
+                    r[f"{label}ratio_c{n}"] for r in rounds)  # fmt: skip
+                medians[f"median_{label}p99_c{n}_s"] = statistics.median(
+                    r[f"{label}c{n}"]["p99_s"] for r in rounds)  # fmt: skip
+                medians[f"median_{label}throughput_c{n}_per_s"] = statistics.median(
+                    r[f"{label}c{n}"]["throughput_per_s"] for r in rounds)  # fmt: skip
+        out[name] = {
+            "banner": server.banner,
+            "baseline_banner": baseline.banner if baseline is not None else None,
+            "exit_code_after_sigterm": code,
+            "baseline_exit_code_after_sigterm": baseline_code,
+            "light_load": light,
+            "rounds": rounds,
+            **medians,
+            "median_in_process_per_s": statistics.median(r["in_process_per_s"] for r in rounds),
+        }
+    return out
+
+
+def run_saturation(args, record: dict, setting: list[str], sentences: list[str]) -> None:
+    args.connections = [int(n) for n in args.connections.split(",")]
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting)
+    servers = {n: o for n, o in servers.items() if n in (args.only or "ee-int8").split(",")}
+    began = time.perf_counter()
+    results = saturation(args, servers, sentences)
+    out = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "export": args.export.as_posix(),
+        "default_setting": record.get("default_setting"),
+        "machine": machine(),
+        "stack": stack(),
+        "load_average_at_end": os.getloadavg(),
+        "threads": args.threads,
+        "max_batch": args.max_batch,
+        "max_wait_ms": args.max_wait_ms,
+        "seconds_per_step": args.seconds,
+        "client": args.client,
+        "in_process_sentences": min(args.sample, len(sentences)),
+        "baseline": baseline_commit(args.baseline_src),
+        "targets": {"ratio_at_saturation": 0.85, "p99_s_at_16_connections": 0.030},
+        "servers": results,
+        "wall_seconds": round(time.perf_counter() - began, 1),
+    }
+    if args.out == Path("benchmarks/results/serve_load.json"):
+        args.out = Path("benchmarks/results/serve_saturation.json")
+    write_text(args.out, json.dumps(out, indent=2) + "\n")
+    print(json.dumps({n: {k: v for k, v in r.items() if k.startswith("median")}
+                      for n, r in results.items()}, indent=2))  # fmt: skip
+
+
+def baseline_commit(source: Path | None) -> str | None:
+    """The commit a baseline ``src`` folder was taken from, when it says (a BASELINE file
+    beside it), else that it was given."""
+    if source is None:
+        return None
+    marker = source.parent / "BASELINE"
+    return marker.read_text(encoding="utf-8").strip() if marker.is_file() else "given"
+
+
+def stack() -> dict[str, str]:
+    """Versions of what a request passes through."""
+    from importlib.metadata import version
+
+    names = ("onnxruntime", "tokenizers", "starlette", "uvicorn", "numpy")
+    return {"python": sys.version.split()[0], **{n: version(n) for n in names}}
 
 
 def main() -> None:
@@ -364,12 +646,36 @@ def main() -> None:
     parser.add_argument("--light", type=int, default=200, help="sentences timed in process")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
     parser.add_argument("--figure", type=Path, default=Path("reports/serve/latency_vs_load.png"))
+    parser.add_argument(
+        "--saturation", action="store_true",
+        help="instead of the open-loop steps: closed-loop saturation against in-process predict",
+    )  # fmt: skip
+    parser.add_argument("--connections", default="16,64", help="saturation: connections per step")
+    parser.add_argument("--rounds", type=int, default=3, help="saturation: rounds side by side")
+    parser.add_argument("--max-batch", type=int, default=32, help="saturation: the batch limit")
+    parser.add_argument("--sample", type=int, default=872, help="saturation: in-process sentences")
+    parser.add_argument(
+        "--baseline-src", type=Path,
+        help="saturation: also run the server from this src folder (another checkout), side by side",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client", choices=("wrk", "python"), default="wrk" if shutil.which("wrk") else "python",
+        help="saturation's load generator: wrk (Debian's package; the default where installed) "
+        "or this script's asyncio client",
+    )  # fmt: skip
+    parser.add_argument(
+        "--light-requests", type=int, default=300,
+        help="saturation: requests per variant at light load (plain, TEI body, API key; 0: none)",
+    )  # fmt: skip
     args = parser.parse_args()
     record = json.loads((args.export / "export.json").read_text(encoding="utf-8"))
     setting = ["--policy", args.policy] if args.policy else []
     if args.threshold is not None:
         setting += ["--threshold", repr(args.threshold)]
     sentences = sst2_dev(args.glue_dir)
+    if args.saturation:
+        run_saturation(args, record, setting, sentences)
+        return
     rates = [float(r) for r in args.rates.split(",")]
     began = time.perf_counter()
     results, banners, stopped = {}, {}, {}

@@ -164,6 +164,20 @@ def predict(lines: str, *options: str) -> Arrange:
     return arrange
 
 
+def predict_to(output: str, make: str | None = None) -> Arrange:
+    """predict one sentence with the trained ce model into ``output`` (a folder first made
+    there when ``make`` says so)."""
+
+    def arrange(work: Path) -> list[str]:
+        (work / "in.txt").write_text("good .\n", encoding="utf-8")
+        if make == "folder":
+            (work / output).mkdir()
+        model = ["--model", RELATIVE.model("sst2", "ce").as_posix()]
+        return ["predict", *model, "--input", "in.txt", "--output", output]
+
+    return arrange
+
+
 def other_model(work: Path) -> list[str]:
     """A copy of the tiny model under another name: data/sst2 was tokenized for the first."""
     source = Path(yaml.safe_load((work / PARAMS).read_text())["model"]["name"])
@@ -383,6 +397,14 @@ CASES: list[Case] = [
          r"input line 2 is not JSON \(Expecting property name enclosed in double quotes\): write one "
          r"object per line, such as \{\"text\": \"...\"\}",
          predict('{"text": "good ."}\n{oops\n', "--format", "jsonl")),
+    Case("predict-output-folder", "--output names a folder",
+         r"--output out is a folder: give a file path, such as out/predictions\.jsonl",
+         predict_to("out", make="folder")),
+    Case("predict-output-not-writable", "--output in a folder that cannot be made (a file "
+         "stands in its place)",
+         r"--output in\.txt/out\.jsonl cannot be written: in\.txt is a file, not a folder; give "
+         r"a path in a folder",
+         predict_to("in.txt/out.jsonl")),
     # training
     Case("nan-loss", "a learning rate so high that the loss becomes NaN",
          r"loss is nan at step 2 \(stage 1, epoch 1\): the learning rate is likely too high",
@@ -443,9 +465,9 @@ def test_docs_show_every_case() -> None:
     """docs/bad_inputs.md has one table row per case, in the same order, with its problem."""
     rows = [
         [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-        for line in DOCS.read_text(encoding="utf-8").splitlines()
+        for line in DOCS.read_text(encoding="utf-8").split("\n## The server")[0].splitlines()
         if line.startswith("| `")
-    ]
+    ]  # the server's rows (after "## The server") are test_serve_api.py's
     assert [row[0].strip("`") for row in rows] == [c.name for c in CASES]
     for row, case in zip(rows, CASES):
         assert case.problem in row[1], (case.name, row[1])

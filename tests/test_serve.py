@@ -32,7 +32,6 @@ from test_serving import BLOCKER
 
 from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
-from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
 from aclpipe.early_exit.policies import NO_EXIT
 from aclpipe.early_exit.predict import Predictor
 from aclpipe.early_exit.scheduler import Job, MicroBatcher
@@ -183,6 +182,8 @@ MALFORMED = {  # kind: (status, body)
     "wrong_type": (422, b'{"text": 5}'),
     "empty_text": (422, b'{"text": "   "}'),
     "body_too_large": (413, json.dumps({"text": "good " * MAX_BODY}).encode()),
+    "bad_text": (422, b'[{"text": "good"}, {"text": "\\ud800 film"}]'),  # a lone surrogate
+    "too_deep": (400, b"[" * 1000 + b"]" * 1000),  # past the depth limit, under MAX_BODY
 }
 
 
@@ -215,8 +216,8 @@ def errors_by_kind(conn: http.client.HTTPConnection) -> dict[str, float]:
 def test_a_malformed_mix_every_answer_as_predict(
     export_dir: Path, threshold: float, scheduler: str
 ) -> None:
-    """2,000 requests, 5% malformed, from 8 client threads: each malformed one a 4xx with a
-    one-line JSON error of its kind, each valid one predict's label and exit layer (probability
+    """2,000 requests, 5% malformed (a lone surrogate and a body nested 1,000 deep among them),
+    from 8 client threads: each malformed one a 4xx with a one-line JSON error of its kind, each valid one predict's label and exit layer (probability
     within 1e-4), none dropped; the error counter in /metrics agrees. Under both schedulers."""
     expected = expected_answers(export_dir, threshold)
     assert len({r["exit_layer"] for r in expected.values()}) > 1  # the policy exits early
@@ -382,18 +383,26 @@ def test_iteration_answers_as_predict_under_every_policy(
     for policy, threshold in policy_grid(every_exit):
         predictor = Predictor(export_dir, policy, threshold, "onnx", batch_size=16)
         expected = list(predictor.records(lines, "jsonl"))
-        adapter = SegmentAdapter(predictor, OnnxEarlyExit(export_dir, policy, threshold))
-        job = Job(pairs)
-        cohort, got = adapter.start([(job, i) for i in range(len(pairs))], pairs), {}
+        adapter = SegmentAdapter(predictor)
+        assert adapter.runtime is predictor.runtime  # the predictor's sessions, loaded once
+        rows = encode(predictor.tokenizer, pairs)
+        job = Job(rows)
+
+        def record(output, pair, predictor=predictor) -> dict:
+            text = "\t".join(t for t in pair if t is not None)
+            return {**predictor.record(*output), "text": text}
+
+        cohort, got = adapter.start([(job, i) for i in range(len(pairs))], rows), {}
         while cohort.owners:
-            got.update({index: record for (_, index), record in adapter.step(cohort)})
+            got.update({i: record(out, pairs[i]) for (_, i), out in adapter.step(cohort)})
         sizes = []
         while sum(sizes) < len(pairs):
             sizes.append(min(rng.choice([1, 2, 3]), len(pairs) - sum(sizes)))
         scheduler = IterationScheduler(adapter, max_batch=8, max_queue=len(pairs))
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        futures = [scheduler.submit(pairs[a : a + n]) for a, n in zip(starts, sizes)]
-        scheduled = [record for future in futures for record in future.result(30)]
+        jobs = [scheduler.submit(rows[a : a + n]) for a, n in zip(starts, sizes)]
+        outputs = [output for job in jobs for output in job.future.result(30)]
+        scheduled = [record(output, pair) for output, pair in zip(outputs, pairs, strict=True)]
         scheduler.close(30)
         setting = (policy, threshold)
         assert sorted(got) == list(range(len(pairs))), setting
@@ -452,16 +461,18 @@ def test_micro_batcher_bounds_batches_and_the_queue() -> None:
     first = batcher.submit([("a", None)])
     time.sleep(0.2)  # the worker has taken it (max wait passed) and is held in answer()
     jobs = [[(f"{i}-{j}", None) for j in range(1 + i % 3)] for i in range(4)]  # 1, 2, 3, 1 records
-    futures = [batcher.submit(job) for job in jobs]
-    assert [f is not None for f in futures] == [True, True, True, False]  # 1+2+3 = 6 waiting
+    admitted = [batcher.submit(job) for job in jobs]
+    assert [j is not None for j in admitted] == [True, True, True, False]  # 1+2+3 = 6 waiting
     gate.set()
-    assert first.result(5)[0]["text"] == "a"
-    for job, future in zip(jobs[:3], futures[:3]):
-        assert [r["text"] for r in future.result(5)] == [a for a, _ in job]
+    assert first.future.result(5)[0]["text"] == "a"
+    for job, sent in zip(jobs[:3], admitted[:3]):
+        assert [r["text"] for r in sent.future.result(5)] == [a for a, _ in job]
+        assert sent.arrived <= sent.started <= sent.finished  # the parts /metrics splits
     assert sizes[0] == 1 and max(sizes) <= 4 and sum(sizes) == 7
     gone = batcher.submit([("gone", None)])  # its client left: cancelled before it runs
-    assert gone.cancel()
-    assert batcher.submit([("after", None)]).result(5)[0]["text"] == "after"  # worker lives on
+    assert gone.future.cancel()
+    after = batcher.submit([("after", None)])
+    assert after.future.result(5)[0]["text"] == "after"  # worker lives on
     batcher.close(5)
     assert batcher.submit([("late", None)]) is None
 

@@ -314,15 +314,28 @@ def serve(
             "exit, waiting requests join at the next segment).",
         ),
     ] = "batch",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="ACLPIPE_API_KEY",
+            show_envvar=True,
+            help="Require Authorization: Bearer <key> on /predict, /info and /metrics (401 "
+            "without it); set it whenever --host is reachable beyond this machine.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the model over HTTP: POST /predict, /healthz, /readyz, /metrics.
-
-    /predict takes predict's records; requests are micro-batched; /metrics is Prometheus;
-    SIGTERM drains and exits 0."""
+    """Serve the model over HTTP: POST /predict (predict's records or TEI's body), /info,
+    /healthz, /readyz, /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
+    from aclpipe.early_exit.serve import ServeSettings
     from aclpipe.early_exit.serve import serve as run_server
 
-    run_server(model, policy, threshold, engine, precision, host, port, max_batch, max_wait_ms,
-               max_queue, max_body, max_length, threads, scheduler)  # fmt: skip
+    run_server(ServeSettings(
+        model=model, policy=policy, threshold=threshold, engine=engine, precision=precision,
+        host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
+        max_body=max_body, max_length=max_length, threads=threads, scheduler=scheduler,
+        api_key=api_key,
+    ))  # fmt: skip
 
 
 app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands

@@ -15,14 +15,16 @@ The engine is reached through ``SegmentAdapter`` alone: the ONNX runtime's publi
 (``OnnxEarlyExit.start`` embeds a padded batch into a ``SegmentPass``, whose ``logits(k)`` runs
 segment ``k``), the early-exit core's per-exit steps (``core.decide`` who leaves,
 ``core.keep_running`` for the rest, trimmed), the same ones ``core.run_exits`` takes, and
-predict's ``Predictor`` for tokenizing and the output records (``Predictor.answers``), so the
-answers are predict's.
+predict's ``Predictor`` for the outputs (``Predictor.outputs``), so the answers are predict's.
+Jobs arrive tokenized (``scheduler``'s module docstring), and the runtime is the predictor's
+own (``Predictor.runtime``): the server loads each graph once.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,8 +32,8 @@ import numpy as np
 
 from aclpipe.early_exit.core import decide, keep_running
 from aclpipe.early_exit.onnx_runtime import SegmentPass
-from aclpipe.early_exit.scheduler import Job, JobQueue, Pair
-from aclpipe.early_exit.tokens import encode, pad
+from aclpipe.early_exit.scheduler import Job, JobQueue
+from aclpipe.early_exit.tokens import pad
 
 
 @dataclass
@@ -43,20 +45,23 @@ class Cohort:
 
 
 class SegmentAdapter:
-    """One segment at a time over ``runtime`` (an ``OnnxEarlyExit``) with ``predictor``'s
-    tokenizer and records."""
+    """One segment at a time over ``runtime`` (an ``OnnxEarlyExit``; default: the
+    predictor's) with ``predictor``'s padding and outputs."""
 
-    def __init__(self, predictor, runtime) -> None:
-        self.predictor, self.runtime = predictor, runtime
-        self.exits: list[int] = list(runtime.exits)
+    def __init__(self, predictor, runtime=None) -> None:
+        self.predictor = predictor
+        self.runtime = runtime if runtime is not None else predictor.runtime
+        self.exits: list[int] = list(self.runtime.exits)
 
-    def start(self, owners: list, pairs: list[Pair]) -> Cohort:
-        arrays = pad(encode(self.predictor.tokenizer, pairs), self.predictor.pad_id)  # [b, T]
-        return Cohort(self.runtime.start(arrays), [[] for _ in pairs], owners)
+    def start(self, owners: list, rows: list[dict]) -> Cohort:
+        """A cohort of token rows (``tokens.encode``), embedded."""
+        arrays = pad(rows, self.predictor.pad_id)  # [b, T]
+        return Cohort(self.runtime.start(arrays), [[] for _ in rows], owners)
 
-    def step(self, cohort: Cohort) -> list[tuple[tuple, dict]]:
-        """Run the cohort's next segment; ``(owner, record)`` for every row that leaves (the
-        cohort keeps the others, its padding trimmed as ``core.run_exits`` trims it)."""
+    def step(self, cohort: Cohort) -> list[tuple[tuple, tuple]]:
+        """Run the cohort's next segment; ``(owner, output)`` for every row that leaves (its
+        ``Predictor.outputs``; the cohort keeps the others, its padding trimmed as
+        ``core.run_exits`` trims it)."""
         rt, k = self.runtime, cohort.depth
         logits = cohort.run.logits(k)  # [b, C]
         cohort.seen, leave = decide(k, len(self.exits) - 1, logits, cohort.seen, rt.policy,
@@ -66,14 +71,12 @@ class SegmentAdapter:
             return []
         gone = np.array(leave)  # [b]
         leaving = [o for o, out in zip(cohort.owners, leave) if out]
-        records = self.predictor.answers(logits[gone], [self.exits[k]] * len(leaving))
-        for (job, index), record in zip(leaving, records):
-            record["text"] = "\t".join(t for t in job.pairs[index] if t is not None)
+        outputs = self.predictor.outputs(logits[gone], [self.exits[k]] * len(leaving))
         cohort.owners = [o for o, out in zip(cohort.owners, leave) if not out]
         cohort.seen = [w for w, out in zip(cohort.seen, leave) if not out]
         if cohort.owners:
             keep_running(cohort.run, ~gone)
-        return list(zip(leaving, records))
+        return list(zip(leaving, outputs))
 
 
 class IterationScheduler(JobQueue):
@@ -108,13 +111,16 @@ class IterationScheduler(JobQueue):
                     return None
                 self._ready.wait()
             joined, size = [], running
-            while self._jobs and (size + len(self._jobs[0].pairs) <= self.max_batch or size == 0):
-                size += len(self._jobs[0].pairs)
+            while self._jobs and (size + len(self._jobs[0].items) <= self.max_batch or size == 0):
+                size += len(self._jobs[0].items)
                 joined.append(self._jobs.popleft())
             self._waiting -= size - running
             depth = self._waiting
         if joined:
             self.on_depth(depth)
+        started = time.perf_counter()
+        for job in joined:
+            job.started = started
         return [job for job in joined if job.future.set_running_or_notify_cancel()]
 
     def _run(self) -> None:
@@ -125,11 +131,11 @@ class IterationScheduler(JobQueue):
             if joined is None:
                 return  # closed, and nothing left
             if joined:
-                owners = [(job, i) for job in joined for i in range(len(job.pairs))]
+                owners = [(job, i) for job in joined for i in range(len(job.items))]
                 for job in joined:
-                    self._answers[id(job)] = [[None] * len(job.pairs), len(job.pairs)]
+                    self._answers[id(job)] = [[None] * len(job.items), len(job.items)]
                 try:
-                    cohorts.append(self.adapter.start(owners, [p for j in joined for p in j.pairs]))
+                    cohorts.append(self.adapter.start(owners, [r for j in joined for r in j.items]))
                 except Exception as err:  # these jobs learn it; the worker lives on
                     self._fail(joined, err)
             self.on_batch(sum(len(c.owners) for c in cohorts))
@@ -140,21 +146,23 @@ class IterationScheduler(JobQueue):
                     self._fail({id(job): job for job, _ in cohort.owners}.values(), err)
                     cohort.owners = []
                     continue
-                for (job, index), record in finished:
-                    self._deliver(job, index, record)
+                for (job, index), output in finished:
+                    self._deliver(job, index, output)
             cohorts = [c for c in cohorts if c.owners]
 
-    def _deliver(self, job: Job, index: int, record: dict) -> None:
+    def _deliver(self, job: Job, index: int, output: tuple) -> None:
         answer = self._answers.get(id(job))
         if answer is None:  # the job already failed
             return
-        answer[0][index] = record
+        answer[0][index] = output
         answer[1] -= 1
         if answer[1] == 0:
             del self._answers[id(job)]
+            job.finished = time.perf_counter()
             job.future.set_result(answer[0])
 
     def _fail(self, jobs, err: Exception) -> None:
         for job in jobs:
             if self._answers.pop(id(job), None) is not None:
+                job.finished = time.perf_counter()
                 job.future.set_exception(err)

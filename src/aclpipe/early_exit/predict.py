@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,6 +58,7 @@ from aclpipe.layout import (
 
 ENGINES = ("onnx", "torch")
 CHUNK_BATCHES = 64  # batches read, sorted by length and answered together
+Output = tuple[list[float], list[float], int]  # a row's logits [C], probabilities [C], exit layer
 
 __all__ = [
     "Predictor",
@@ -120,7 +122,9 @@ def choose_setting(policy: str | None, threshold: float | None, record: dict | N
 
 class Predictor:
     """A loaded model, tokenizer and policy: ``records(lines)`` yields the output records and
-    fills ``count``, ``seconds`` and ``layers`` (the exit layers of answered records)."""
+    fills ``count``, ``seconds`` and ``layers`` (the exit layers of answered records).
+    ``runtime`` is the onnx engine's ``OnnxEarlyExit`` (its sessions, which the server's
+    iteration scheduler runs segment by segment), None for the torch engine."""
 
     def __init__(
         self,
@@ -171,7 +175,7 @@ class Predictor:
                 result = runtime(**arrays)
                 return result.logits, result.exit_layer
 
-            self.run, self.exits = run, runtime.exits
+            self.run, self.exits, self.runtime = run, runtime.exits, runtime
             self.num_labels, self.regression = record["num_labels"], runtime.regression
             self.pad_id = int(record.get("pad_id", 0))
             tokenizer_file = model / record.get("tokenizer", EXPORT_TOKENIZER)
@@ -186,7 +190,7 @@ class Predictor:
             from aclpipe.early_exit.torch_engine import TorchEngine
 
             engine_ = TorchEngine(model_dir, self.policy, self.threshold, threads)
-            self.run, self.exits = engine_, engine_.exits
+            self.run, self.exits, self.runtime = engine_, engine_.exits, None
             self.num_labels, self.regression = engine_.num_labels, engine_.regression
             self.pad_id = engine_.pad_id
             folder = model_dir / TOKENIZER if (model_dir / TOKENIZER).is_dir() else model_dir
@@ -223,17 +227,8 @@ class Predictor:
 
     def _answer(self, chunk: list) -> Iterator[dict]:
         todo = [i for i, (_, pair) in enumerate(chunk) if pair is not None]
-        rows = encode(self.tokenizer, [chunk[i][1] for i in todo])
-        order = sorted(range(len(todo)), key=lambda j: len(rows[j]["input_ids"]))
-        answers: dict[int, dict] = {}
-        for start in range(0, len(order), self.batch_size):
-            picked = order[start : start + self.batch_size]
-            arrays = pad([rows[j] for j in picked], self.pad_id)  # [b, T] each
-            began = time.perf_counter()
-            logits, layers = self.run(arrays)  # [b, C], [b]
-            self.seconds += time.perf_counter() - began
-            for j, answer in zip(picked, self.answers(logits, layers.tolist())):
-                answers[todo[j]] = answer
+        outputs = self.run_rows(encode(self.tokenizer, [chunk[i][1] for i in todo]))
+        answers = {i: self.record(*output) for i, output in zip(todo, outputs)}
         for i, (text, pair) in enumerate(chunk):
             if pair is None:
                 yield _blank_record(text, self.names)
@@ -242,15 +237,33 @@ class Predictor:
                 self.layers.append(answers[i]["exit_layer"])
                 yield {**answers[i], "text": text}
 
+    def run_rows(self, rows: list[dict]) -> list[Output]:
+        """The ``outputs`` of token rows (``tokens.encode``), in their order: sorted by
+        length (batches of similar lengths carry little padding), cut into batches of
+        ``batch_size``, each padded and run. ``predict`` and ``serve`` both run through it."""
+        order = sorted(range(len(rows)), key=lambda j: len(rows[j]["input_ids"]))
+        out: list = [None] * len(rows)
+        for start in range(0, len(order), self.batch_size):
+            picked = order[start : start + self.batch_size]
+            arrays = pad([rows[j] for j in picked], self.pad_id)  # [b, T] each
+            began = time.perf_counter()
+            logits, layers = self.run(arrays)  # [b, C], [b]
+            self.seconds += time.perf_counter() - began
+            for j, output in zip(picked, self.outputs(logits, layers.tolist())):
+                out[j] = output
+        return out
+
+    def outputs(self, logits: np.ndarray, layers: list[int]) -> list[Output]:
+        """``(logits [C], probabilities [C], exit layer)`` per row of ``logits`` ``[b, C]``
+        taken at exit layers ``layers`` (``[b]``): what ``record`` (and the server's other
+        answer shapes) are made from."""
+        probs = probabilities(logits.astype(np.float32))  # [b, C]; unused for regression
+        return list(zip(logits.tolist(), probs.tolist(), [int(layer) for layer in layers]))
+
     def answers(self, logits: np.ndarray, layers: list[int]) -> list[dict]:
         """The output records, without ``text``, of rows whose logits ``[b, C]`` were taken at
-        exit layers ``layers`` (``[b]``); ``predict`` and the iteration scheduler both answer
-        through it."""
-        probs = probabilities(logits.astype(np.float32))  # [b, C]; unused for regression
-        return [
-            self.record(row_logits, row_probs, int(layer))
-            for row_logits, row_probs, layer in zip(logits.tolist(), probs.tolist(), layers)
-        ]
+        exit layers ``layers`` (``[b]``)."""
+        return [self.record(*output) for output in self.outputs(logits, layers)]
 
     def record(self, logits: list[float], probs: list[float], layer: int) -> dict:
         """One row's output record, without ``text`` (module docstring): its logits ``[C]``,
@@ -301,6 +314,8 @@ def predict_file(
         raise UserError("--batch-size and --threads must be >= 1 and --max-length >= 2")
     fmt = input_format(source, fmt)
     lines = read_lines(source)  # a missing input fails before the model loads
+    if output != "-":
+        check_output(Path(output))
     predictor = Predictor(model, policy, threshold, engine, batch_size, max_length,
                           threads=threads, precision=precision)  # fmt: skip
     rows = predictor.records(lines, fmt)
@@ -316,12 +331,53 @@ def predict_file(
                     progress.update(bar, completed=lines.position())
                     yield row
 
-            write_jsonl(advancing(rows), out)
+            _write(advancing(rows), out)
     else:
-        write_jsonl(rows, out)
+        _write(rows, out)
     if console is not None:
         console.print(predictor.summary(), highlight=False, soft_wrap=True)
     return predictor
+
+
+def check_output(path: Path) -> None:
+    """A one-line ``UserError`` unless ``path`` can become the output file: not a folder, in
+    a folder that exists (or can be made) and that this process may write."""
+    if path.is_dir():
+        raise UserError(
+            f"--output {path} is a folder: give a file path, such as {path / 'predictions.jsonl'}"
+        )
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(
+            f"--output {path} cannot be written: {parent} is a file, not a folder; give a path "
+            "in a folder"
+        )
+    try:  # a probe, as the atomic write will make its temporary file there
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=parent)
+    except OSError as err:
+        raise UserError(
+            f"--output {path} cannot be written: {parent} takes no new file "
+            f"({err.strerror or type(err).__name__}); give a path in a folder you can write, "
+            "or - for stdout"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _write(rows: Iterable[dict], out: TextIO | Path) -> None:
+    """``write_jsonl``, with a write that fails on the way (a full disk, a folder gone) one
+    line naming the output; the atomic write leaves nothing half-written."""
+    try:
+        write_jsonl(rows, out)
+    except OSError as err:
+        if isinstance(out, Path):
+            raise UserError(
+                f"--output {out} cannot be written ({err.strerror or type(err).__name__}): "
+                "give another path, or - for stdout"
+            ) from None
+        raise
 
 
 def predict_lines(

@@ -1,22 +1,28 @@
 """``aclpipe serve``: the early-exit model behind HTTP (Starlette on uvicorn).
 
 The same engines, precisions, policies and default setting as ``aclpipe predict``
-(``early_exit.predict.Predictor`` loads them), scheduled by ``early_exit.scheduler``:
+(``early_exit.predict.Predictor`` loads them), scheduled by ``early_exit.scheduler`` (or
+``early_exit.iteration``); the HTTP API is documented in docs/serving.md:
 
-- ``POST /predict``: one record, ``{"text": "..."}`` or ``{"text_a": "...", "text_b": "..."}``
-  (predict's JSONL records), answered by one object; or a JSON list of records, answered by a
-  list in the same order. Each answer is predict's output record: ``label``, ``label_name``,
-  ``probability``, ``exit_layer``, ``text``.
+- ``POST /predict``: predict's records, or TEI's ``{"inputs": ...}`` (``early_exit.bodies``
+  reads both and checks every record before it joins a batch). A record is answered by
+  predict's output record: ``label``, ``label_name``, ``probability``, ``exit_layer``,
+  ``text``; a TEI body TEI's way (every label with its score).
+- ``GET /info``: the model, task, labels, exits, exit setting, engine and limits.
 - ``GET /healthz``: 200 while the process serves. ``GET /readyz``: 200 once the engine has run
   its warm-up batches (the port opens only after them), 503 from the moment a SIGTERM arrives.
-- ``GET /metrics``: Prometheus text (prometheus-client): request latency, exit layers, batch
-  sizes, records waiting, errors by kind.
+- ``GET /metrics``: Prometheus text (prometheus-client): request latency and its parts
+  (tokenization, queue, inference), exit layers, batch sizes, records waiting, errors by kind.
 
 Every error is one line of JSON, ``{"error": "<what and the fix>", "kind": "<kind>"}``: 400
-``bad_json``; 413 ``body_too_large`` (over ``max_body`` bytes) and ``too_many_records`` (a list
-longer than the queue); 422 ``missing_field``, ``wrong_type``, ``empty_text``, ``wrong_texts`` (a pair sent to a
-one-text model, or one text to a pair model, when the export names its task); 503
-``overloaded`` (the bounded queue is full) with ``Retry-After``; 404/405; 500 ``internal``.
+``bad_json``, ``too_deep``; 401 ``unauthorized`` (``--api-key`` set, and no ``Authorization:
+Bearer <key>`` with it); 413 ``body_too_large`` (over ``max_body`` bytes) and
+``too_many_records`` (a list longer than the queue); 422 ``missing_field``, ``wrong_type``,
+``empty_text``, ``bad_text`` (a lone surrogate, a control character, or what the tokenizer
+refuses), ``wrong_texts`` (a pair sent to a one-text model, or one text to a pair model, when
+the export names its task); 503 ``overloaded`` (the bounded queue is full) with
+``Retry-After``; 404/405; 500 ``engine`` (the engine failed on this request's records: only
+their request gets it) and ``internal``.
 
 Start-up is all or nothing: the model is loaded and warmed up before the socket is bound, so a
 broken export folder is one line on stderr and exit code 2 with no port ever opened. SIGTERM
@@ -29,22 +35,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import hashlib
+import hmac
 import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aclpipe.early_exit.inputs import texts_mismatch
+from aclpipe import __version__
+from aclpipe.early_exit.bodies import MAX_DEPTH, BadRequest, Body, Limits, read_body, tokenize
 from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
 from aclpipe.early_exit.policies import NO_EXIT
-from aclpipe.early_exit.scheduler import Job, MicroBatcher, Pair, PredictorAdapter
+from aclpipe.early_exit.scheduler import MicroBatcher, PredictorAdapter
 from aclpipe.errors import UserError
 
 RETRY_AFTER_SECONDS = 1
-LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-                   0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # fmt: skip
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015,
+                   0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WARMUP_TEXT = "a warm-up sentence for the engine ."
 # batch: dynamic micro-batching (scheduler.py); iteration: iteration-level (iteration.py)
@@ -54,73 +62,58 @@ SCHEDULERS = ("batch", "iteration")
 # for the other to drop it. Measured on the tiny test model, one request at a time on a loaded
 # 2-core machine: 5.75 ms a request at the default, 1.29 ms at 0.2 ms (0.5 ms in process).
 SWITCH_INTERVAL = 0.0002
+OPEN_ROUTES = ("/healthz", "/readyz")  # probes answer without the API key
 
 
 @dataclass(frozen=True)
-class Limits:
-    max_body: int  # bytes of one request body
-    max_records: int  # records in one request (the queue's bound: a longer list never fits)
-    texts: int | None = None  # texts per record the model reads (1, 2 for pairs; None: unknown)
-    task: str | None = None  # the model's task, named in the error for a record of the wrong kind
+class ServeSettings:
+    """``aclpipe serve``'s options, checked once here and handed down whole."""
 
+    model: Path  # the folder `aclpipe export-exits` writes (or a model folder: --engine torch)
+    policy: str | None = None  # exit policy; None: the export's default setting
+    threshold: float | None = None  # the policy's threshold; None: the export's, or its default
+    engine: str | None = None  # onnx or torch; None: onnx for an export folder
+    precision: str = "fp32"  # onnx: fp32 or int8 segments
+    host: str = "127.0.0.1"  # address to bind; beyond loopback, set api_key
+    port: int = 8000  # 0: any free port
+    max_batch: int = 32  # most records in one engine batch
+    max_wait_ms: float = 0.0  # longest wait for a batch to fill, from its oldest record
+    max_queue: int = 256  # records waiting before 503; also the most records in one request
+    max_body: int = 65536  # bytes of one request body
+    max_length: int = 128  # tokens per input after truncation
+    threads: int | None = None  # intra-op threads of the engine (None: its default)
+    scheduler: str = "batch"  # batch (micro-batching) or iteration (onnx only)
+    api_key: str | None = None  # the Bearer token every route but the probes asks for
 
-class BadRequest(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.message = status, kind, " ".join(message.split())
-
-
-def parse_records(
-    body: bytes, max_records: int, texts: int | None = None, task: str | None = None
-) -> tuple[list[Pair], bool]:
-    """``(pairs, single)`` from a request body (module docstring), or ``BadRequest``; with
-    ``texts`` known, a record holding another number of texts is refused (422 ``wrong_texts``)."""
-    try:
-        data = json.loads(body)
-    except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8
-        reason = getattr(err, "msg", type(err).__name__)
-        raise BadRequest(
-            400,
-            "bad_json",
-            f'body is not JSON ({reason}): send {{"text": "..."}} or a list of them',
-        ) from None
-    single = not isinstance(data, list)
-    items = [data] if single else data
-    if not items:
-        raise BadRequest(422, "missing_field", "the list holds no records: send at least one")
-    if len(items) > max_records:
-        raise BadRequest(
-            413, "too_many_records",
-            f"{len(items)} records in one request, at most {max_records}: split the list",
-        )  # fmt: skip
-    pairs = [_pair(item, i) for i, item in enumerate(items)]
-    for i, pair in enumerate(pairs):
-        where = f"record {i}" if i else "the record"
-        wrong = texts_mismatch(pair, texts, task, where) if texts is not None else None
-        if wrong is not None:  # predict refuses the same records (inputs.check_pair)
-            send = '{"text": "..."}' if texts == 1 else '{"text_a": "...", "text_b": "..."}'
-            raise BadRequest(422, "wrong_texts", f"{wrong}: send {send}")
-    return pairs, single
-
-
-def _pair(item, index: int) -> Pair:
-    where = f"record {index}" if index else "the record"
-    if not isinstance(item, dict) or not ({"text", "text_a"} & item.keys()):
-        raise BadRequest(
-            422, "missing_field",
-            f'{where} has no "text" (or "text_a"): send {{"text": "..."}} or '
-            '{"text_a": "...", "text_b": "..."}',
-        )  # fmt: skip
-    first = "text" if "text" in item else "text_a"
-    a, b = item[first], item.get("text_b") if first == "text_a" else None
-    for name, value in ((first, a), ("text_b", b)):
-        if value is not None and not isinstance(value, str):
-            raise BadRequest(
-                422, "wrong_type", f'{where}: "{name}" is a {type(value).__name__}, not a string'
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_queue < self.max_batch or self.max_wait_ms < 0 or (
+            self.max_body < 64
+        ):
+            raise UserError(
+                "--max-batch must be >= 1, --max-queue >= --max-batch, --max-wait-ms >= 0 and "
+                "--max-body >= 64 bytes"
             )
-    if a is None or not a.strip() or (b is not None and not b.strip()):
-        raise BadRequest(422, "empty_text", f"{where} has an empty text: send words to classify")
-    return a, b
+        if self.threads is not None and self.threads < 1:
+            raise UserError("--threads must be >= 1")
+        if self.scheduler not in SCHEDULERS:
+            raise UserError(
+                f"unknown scheduler {self.scheduler!r}: use {' or '.join(SCHEDULERS)}"
+            )
+        if self.api_key is not None and (
+            len(self.api_key) < 8 or not self.api_key.isprintable() or " " in self.api_key
+        ):
+            raise UserError(
+                "--api-key must be at least 8 printable characters without spaces: generate "
+                "one, e.g. with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
+
+    def limits(self) -> dict:
+        """The limits a client meets, as /info shows them."""
+        return {
+            "max_batch": self.max_batch, "max_wait_ms": self.max_wait_ms,
+            "max_queue": self.max_queue, "max_records": self.max_queue,
+            "max_body": self.max_body, "max_length": self.max_length, "max_depth": MAX_DEPTH,
+        }  # fmt: skip
 
 
 class Metrics:
@@ -150,12 +143,56 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         self.records = Counter("aclpipe_records", "Records answered", registry=self.registry)
+        parts = Histogram(
+            "aclpipe_request_part_seconds",
+            "Seconds of each answered /predict request spent in one part: tokenization (in the "
+            "event loop, before admission), queue (admitted, waiting for the engine) and "
+            "inference (its batch in the engine, outputs included)",
+            ["part"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.tokenization, self.queue, self.inference = (
+            parts.labels(part) for part in ("tokenization", "queue", "inference")
+        )
+
+
+class Answers:
+    """The answer shapes: predict's records, and TEI's labels with scores."""
+
+    def __init__(self, predictor) -> None:
+        self.record, self.regression = predictor.record, predictor.regression
+        count = predictor.num_labels
+        self.names = predictor.names or [f"LABEL_{i}" for i in range(count)]
+
+    def __call__(self, body: Body, outputs: list[tuple]):
+        if body.tei:
+            answers = [self.tei(output, body.raw_scores) for output in outputs]
+        else:
+            answers = [
+                {**self.record(*output), "text": a if b is None else f"{a}\t{b}"}
+                for output, (a, b) in zip(outputs, body.pairs)
+            ]
+        return answers[0] if body.single else answers
+
+    def tei(self, output: tuple, raw: bool) -> list[dict]:
+        logits, probs, _ = output
+        if self.regression:
+            return [{"score": logits[0], "label": self.names[0]}]
+        scores = logits if raw else probs
+        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+        return [{"score": scores[i], "label": self.names[i]} for i in ranked]
 
 
 def build_app(
-    batcher: MicroBatcher | IterationScheduler, metrics: Metrics, limits: Limits, describe: dict
+    batcher: MicroBatcher | IterationScheduler,
+    predictor,
+    metrics: Metrics,
+    limits: Limits,
+    settings: ServeSettings,
+    describe: dict,
+    info: dict,
 ):
-    """The Starlette app over a running batcher; ``describe`` is /readyz's body."""
+    """The Starlette app over a running batcher; ``describe`` is /readyz's body, ``info``
+    /info's."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
@@ -163,12 +200,30 @@ def build_app(
     from starlette.routing import Route
 
     state = {"ready": True}
+    answers, tokenizer = Answers(predictor), predictor.tokenizer
+    # digests compared, so neither the key's bytes nor its length show in the timing
+    expected = None if settings.api_key is None else _digest(f"Bearer {settings.api_key}")
 
     def error(status: int, kind: str, message: str, headers: dict | None = None) -> Response:
         metrics.errors.labels(kind).inc()
         return JSONResponse({"error": message, "kind": kind}, status, headers)
 
-    async def read_body(request) -> bytes:
+    def refused(request) -> Response | None:
+        """401 unless the request carries the API key (compared in constant time)."""
+        if expected is None:
+            return None
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if hmac.compare_digest(_digest(f"{scheme.capitalize()} {token.strip()}"), expected):
+            return None
+        why = "no Authorization header" if not given else "a wrong or malformed key"
+        return error(
+            401, "unauthorized",
+            f"{request.url.path} needs the server's API key ({why}): send the header "
+            "Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"},
+        )  # fmt: skip
+
+    async def read_bytes(request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limits.max_body:
             raise BadRequest(413, "body_too_large", _too_large(int(declared), limits.max_body))
@@ -181,28 +236,39 @@ def build_app(
 
     async def predict(request) -> Response:
         began = time.perf_counter()
+        if (denied := refused(request)) is not None:
+            return denied
         try:
-            body = await read_body(request)
-            pairs, single = parse_records(body, limits.max_records, limits.texts, limits.task)
+            body = read_body(await read_bytes(request), limits)
+            tokenizing = time.perf_counter()
+            rows = tokenize(tokenizer, body.pairs)  # [n] token rows: checked before admission
+            tokenized = time.perf_counter()
         except BadRequest as err:
             return error(err.status, err.kind, err.message)
-        future = batcher.submit(pairs)
-        if future is None:
+        job = batcher.submit(rows)
+        if job is None:
             return error(
                 503, "overloaded",
                 f"the queue holds its limit of {batcher.max_queue} records: retry after "
                 f"{RETRY_AFTER_SECONDS} s", {"Retry-After": str(RETRY_AFTER_SECONDS)},
             )  # fmt: skip
         try:
-            rows = await asyncio.wrap_future(future)
-        except Exception as err:  # noqa: BLE001 - the engine failed on this batch
-            return error(500, "internal", f"the engine failed: {type(err).__name__}: {err}")
-        for row in rows:
-            if row.get("exit_layer") is not None:
-                metrics.exit_layer.observe(row["exit_layer"])
-        metrics.records.inc(len(rows))
+            outputs = await asyncio.wrap_future(job.future)
+        except Exception as err:  # noqa: BLE001 - the engine failed on this request's records
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            return error(
+                500, "engine",
+                f"the engine failed on this request's records ({type(err).__name__}: "
+                f"{reason}); other requests are unaffected: retry, and report it if it persists",
+            )  # fmt: skip
+        for _, _, layer in outputs:
+            metrics.exit_layer.observe(layer)
+        metrics.records.inc(len(outputs))
+        metrics.tokenization.observe(tokenized - tokenizing)
+        metrics.queue.observe(job.started - job.arrived)
+        metrics.inference.observe(job.finished - job.started)
         metrics.latency.observe(time.perf_counter() - began)
-        return JSONResponse(rows[0] if single else rows)
+        return JSONResponse(answers(body, outputs))
 
     async def healthz(request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -212,18 +278,24 @@ def build_app(
             return JSONResponse({"ready": False, "reason": "draining"}, 503)
         return JSONResponse({"ready": True, **describe})
 
+    async def information(request) -> Response:
+        return refused(request) or JSONResponse(info)
+
     async def prometheus(request) -> Response:
+        if (denied := refused(request)) is not None:
+            return denied
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request, exc: HTTPException) -> Response:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
         message = f"{request.method} {request.url.path}: {exc.detail}"
         if exc.status_code in (404, 405):
-            message += ": use POST /predict, GET /healthz, /readyz or /metrics"
+            message += ": use POST /predict, GET /info, /healthz, /readyz or /metrics"
         return error(exc.status_code, kind, message)
 
     async def internal_error(request, exc: Exception) -> Response:
-        return error(500, "internal", f"{type(exc).__name__}: {exc}")
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        return error(500, "internal", f"{type(exc).__name__}: {reason}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -233,6 +305,7 @@ def build_app(
     app = Starlette(
         routes=[
             Route("/predict", predict, methods=["POST"]),
+            Route("/info", information, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", prometheus, methods=["GET"]),
@@ -242,6 +315,10 @@ def build_app(
     )
     app.state.serving = state
     return app
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
 
 
 def _too_large(size: int, limit: int) -> str:
@@ -267,60 +344,46 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    model: Path,
-    policy: str | None = None,
-    threshold: float | None = None,
-    engine: str | None = None,
-    precision: str = "fp32",
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    max_batch: int = 32,
-    max_wait_ms: float = 0.0,
-    max_queue: int = 256,
-    max_body: int = 65536,
-    max_length: int = 128,
-    threads: int | None = None,
-    scheduler: str = "batch",
-) -> None:
+def serve(settings: ServeSettings) -> None:
     """Load, warm up, bind, serve until SIGTERM or Ctrl-C, drain (module docstring)."""
-    if max_batch < 1 or max_queue < max_batch or max_wait_ms < 0 or max_body < 64:
-        raise UserError(
-            "--max-batch must be >= 1, --max-queue >= --max-batch, --max-wait-ms >= 0 and "
-            "--max-body >= 64 bytes"
-        )
-    if threads is not None and threads < 1:
-        raise UserError("--threads must be >= 1")
-    if scheduler not in SCHEDULERS:
-        raise UserError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
     from aclpipe.early_exit.predict import Predictor, texts_read
 
-    predictor = Predictor(model, policy, threshold, engine, batch_size=max_batch,
-                          max_length=max_length, threads=threads, precision=precision)  # fmt: skip
+    s = settings
+    predictor = Predictor(s.model, s.policy, s.threshold, s.engine, batch_size=s.max_batch,
+                          max_length=s.max_length, threads=s.threads,
+                          precision=s.precision)  # fmt: skip
+    if s.scheduler == "iteration" and predictor.runtime is None:
+        raise UserError(
+            "--scheduler iteration runs on the onnx engine only: drop --engine torch, or use "
+            "--scheduler batch"
+        )
     adapter = PredictorAdapter(predictor)
-    for size in (1, max_batch):  # warm: first runs allocate; a broken graph fails here
+    warm = tokenize(predictor.tokenizer, [(WARMUP_TEXT, None)])
+    segments = SegmentAdapter(predictor) if s.scheduler == "iteration" else None
+    for size in (1, s.max_batch):  # warm: first runs allocate; a broken graph fails here
         try:
-            adapter.answer([(WARMUP_TEXT, None)] * size)
+            adapter.answer(warm * size)
+            if segments is not None:
+                cohort = segments.start([(None, i) for i in range(size)], warm * size)
+                while cohort.owners:
+                    segments.step(cohort)
         except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             raise UserError(
-                f"the model in {model} fails on a warm-up sentence ({type(err).__name__}: "
+                f"the model in {s.model} fails on a warm-up sentence ({type(err).__name__}: "
                 f"{reason}): export it again with `aclpipe export-exits`"
             ) from err
-    segments = (
-        _segment_adapter(model, predictor, threads, precision) if scheduler == "iteration" else None
-    )
-    sock = bind(host, port)
+    sock = bind(s.host, s.port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     metrics = Metrics(adapter.exits)
     if segments is None:
         batcher = MicroBatcher(
-            adapter.answer, max_batch, max_wait_ms / 1000, max_queue,
+            adapter.answer, s.max_batch, s.max_wait_ms / 1000, s.max_queue,
             on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
         )  # fmt: skip
     else:
         batcher = IterationScheduler(
-            segments, max_batch, max_queue,
+            segments, s.max_batch, s.max_queue,
             on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
         )  # fmt: skip
     setting = predictor.policy if predictor.policy == NO_EXIT else (
@@ -328,47 +391,47 @@ def serve(
     describe = {
         "engine": predictor.engine_name, "policy": predictor.policy,
         "threshold": predictor.threshold, "setting_source": predictor.setting_source,
-        "exits": adapter.exits, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
-        "max_queue": max_queue, "scheduler": scheduler,
+        "exits": adapter.exits, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms,
+        "max_queue": s.max_queue, "scheduler": s.scheduler,
     }  # fmt: skip
-    limits = Limits(max_body, max_queue, texts_read(predictor.task), predictor.task)
-    app = build_app(batcher, metrics, limits, describe)
+    info = {
+        "model": str(s.model), "task": predictor.task, "labels": predictor.names,
+        "num_labels": predictor.num_labels, "regression": predictor.regression,
+        "exits": adapter.exits,
+        "setting": {"policy": predictor.policy, "threshold": predictor.threshold,
+                    "source": predictor.setting_source},
+        "engine": predictor.engine_name, "precision": s.precision, "scheduler": s.scheduler,
+        "threads": s.threads, "limits": s.limits(), "api_key_required": s.api_key is not None,
+        "version": __version__,
+    }  # fmt: skip
+    limits = Limits(s.max_body, s.max_queue, texts_read(predictor.task), predictor.task)
+    app = build_app(batcher, predictor, metrics, limits, s, describe, info)
     bound_host, bound_port = sock.getsockname()[:2]
     print(
         f"aclpipe serve: http://{bound_host}:{bound_port} (engine {predictor.engine_name}, "
-        f"policy {setting} ({predictor.setting_source}), scheduler {scheduler}, max batch "
-        f"{max_batch}, max wait {max_wait_ms:g} ms, queue {max_queue} records); SIGTERM or Ctrl-C drains and stops",
+        f"policy {setting} ({predictor.setting_source}), scheduler {s.scheduler}, max batch "
+        f"{s.max_batch}, max wait {s.max_wait_ms:g} ms, queue {s.max_queue} records"
+        f"{', API key required' if s.api_key else ''}); SIGTERM or Ctrl-C drains and stops",
         file=sys.stderr,
         flush=True,
     )
+    if s.api_key is None and not _loopback(bound_host):
+        print(
+            f"note: {bound_host} is reachable beyond this machine and no --api-key is set: "
+            "anyone who reaches the port can use the model (docs/serving.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     _run(app, sock)
 
 
-def _segment_adapter(model: Path, predictor, threads: int | None, precision: str):
-    """The iteration scheduler's view of the onnx engine, warmed up (one warm-up request
-    through every segment)."""
-    from aclpipe.early_exit.onnx_runtime import OnnxEarlyExit
+def _loopback(host: str) -> bool:
+    import ipaddress
 
-    if not predictor.engine_name.startswith("onnx"):
-        raise UserError(
-            "--scheduler iteration runs on the onnx engine only: drop --engine torch, or use "
-            "--scheduler batch"
-        )
-    runtime = OnnxEarlyExit(model, predictor.policy, predictor.threshold, threads=threads,
-                            precision=precision)  # fmt: skip
-    segments = SegmentAdapter(predictor, runtime)
-    job = Job([(WARMUP_TEXT, None)])
     try:
-        cohort = segments.start([(job, 0)], job.pairs)
-        while cohort.owners:
-            segments.step(cohort)
-    except Exception as err:  # as the batch warm-up's
-        reason = (str(err).strip().splitlines() or [""])[0][:200]
-        raise UserError(
-            f"the model in {model} fails on a warm-up sentence ({type(err).__name__}: "
-            f"{reason}): export it again with `aclpipe export-exits`"
-        ) from err
-    return segments
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _run(app, sock: socket.socket) -> None:
