@@ -35,7 +35,10 @@ def page_commands(page: Path) -> list[list[str]]:
     """Every `aclpipe ...` a page's code blocks run (prompt, comments and pipes dropped)."""
     commands = []
     for block in code_blocks(page.read_text(encoding="utf-8")):
-        for line in block.splitlines():
+        lines = block.splitlines()
+        if any(line.startswith("$ ") for line in lines):  # a session: the rest is output
+            lines = [line for line in lines if line.startswith("$ ")]
+        for line in lines:
             line = line.split(" #")[0].strip().removeprefix("$ ")
             start = line.find("aclpipe ")
             if start < 0:
