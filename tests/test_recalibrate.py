@@ -236,3 +236,23 @@ def test_bad_knobs_are_one_line_errors() -> None:
         controller(window=10, min_window=20)
     with pytest.raises(UserError, match="cannot be recalibrated"):
         candidates("none", 0.5, 4)
+
+
+def test_status_counts_agreement_per_served_exit() -> None:
+    logits = synthetic(np.random.default_rng(6), 120, 0.2)  # [E, N, 2]
+    control = controller(window=100, min_window=100)
+    empty = control.status()
+    assert empty["window"] == 0 and empty["agreement"] is None
+    taken = [int(k) for k in np.random.default_rng(0).integers(0, len(EXITS), 120)]
+    for i, k in enumerate(taken):  # served from arbitrary exits: status reports them as served
+        control.observe(observe(logits[:, i], k))
+    status = control.status()
+    answers = logits.argmax(-1)[:, -100:]  # the window: the newest 100
+    for k, entry in enumerate(status["per_exit"]):
+        mine = [j for j, e in enumerate(taken[-100:]) if e == k]
+        assert entry["served"] == len(mine) and entry["exit_layer"] == EXITS[k]
+        agreed = [answers[k, j] == answers[-1, j] for j in mine]
+        assert entry["agreement"] == (pytest.approx(sum(agreed) / len(mine)) if mine else None)
+    share, lower, _ = control.estimate(np.array([control.threshold]))
+    assert status["agreement"] == pytest.approx(share[0]) and status["window"] == 100
+    assert status["lower_bound"] == pytest.approx(lower[0])

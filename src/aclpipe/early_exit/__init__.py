@@ -1,5 +1,6 @@
 """Early exit, served: pure per-sample exit policies (``policies``), exit settings
 (``settings``), the layer-by-layer runtimes on PyTorch (``runtime``, ``torch_engine``) and
-ONNX Runtime (``onnx_runtime``), input reading and tokenizing (``inputs``, ``tokens``) and
-prediction (``predict``); nothing here trains, prepares data or scores. The files it serves
+ONNX Runtime (``onnx_runtime``), input reading and tokenizing (``inputs``, ``tokens``),
+prediction (``predict``) and thresholds retuned online from a shadow sample (``shadow``,
+``recalibrate``); nothing here trains, prepares data or scores. The files it serves
 are made by ``aclpipe.exits``."""

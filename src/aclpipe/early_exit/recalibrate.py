@@ -188,6 +188,7 @@ class Controller:
         self._scores = np.zeros((self.window, num_exits))  # ring buffers, [W, E]
         self._runs = np.zeros((self.window, num_exits))
         self._agree = np.zeros((self.window, num_exits), dtype=bool)  # exit k's answer = last's
+        self._served = np.zeros(self.window, dtype=np.int64)  # the exit each was served from
         self._filled = 0
 
     def observe(self, observation: Observation) -> Event | None:
@@ -196,6 +197,7 @@ class Controller:
         self._scores[slot] = observation.scores(self.policy)
         self._runs[slot] = observation.runs()
         self._agree[slot] = observation.agrees()
+        self._served[slot] = observation.exit
         self.seen += 1
         self._filled = min(self._filled + 1, self.window)
         if self._filled < self.min_window or self.seen % self.every:
@@ -211,6 +213,34 @@ class Controller:
         layers = np.asarray(self.exit_layers)[exits].mean(1)  # [G]
         share = agreed.mean(1)
         return share, wilson_lower(agreed.sum(1), n, self.confidence), layers
+
+    def status(self) -> dict:
+        """What a server shows (``/info``, ``/metrics``): the threshold, the window's agreement
+        under it with its lower bound, and per exit the records served there and the share of
+        them whose answer was the full model's (the answers as served, whatever threshold was
+        in force then)."""
+        n = self._filled
+        share = lower = None
+        if n:
+            (share,), (lower,), _ = self.estimate(np.array([self.threshold]))
+        served, agree = self._served[:n], self._agree[:n]
+        per_exit = []
+        for k, layer in enumerate(self.exit_layers):
+            mine = served == k
+            count = int(mine.sum())
+            per_exit.append({"exit_layer": layer, "served": count,
+                             "agreement": float(agree[mine, k].mean()) if count else None})  # fmt: skip
+        return {
+            "policy": self.policy,
+            "threshold": self.threshold,
+            "offline": self.offline,
+            "target": self.target,
+            "window": n,
+            "agreement": None if share is None else float(share),
+            "lower_bound": None if lower is None else float(lower),
+            "moves": len(self.events),
+            "per_exit": per_exit,
+        }
 
     def _stricter(self, a: float, b: float) -> bool:
         """Whether threshold ``a`` is stricter than ``b`` under this policy."""
