@@ -403,6 +403,8 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
     parser.add_argument("--max-length", type=int, default=128, help="tokens, as serve reads")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--policy", help="the offline setting (default: the export's)")
+    parser.add_argument("--threshold", type=float, help="and its threshold")
     parser.add_argument("--fraction", type=float, default=0.1, help="shadow fraction F")
     parser.add_argument("--share", type=float, default=0.15, help="shadow layers / served layers")
     parser.add_argument("--burst", type=float, default=60.0, help="token bucket, in layers")
@@ -420,6 +422,10 @@ def main() -> None:
     began = time.perf_counter()
     record = read_export(args.export)
     setting = record["default_setting"]
+    if args.policy:
+        setting = {"policy": args.policy, "threshold": args.threshold, "source": "--policy"}
+    if setting["policy"] not in ("confidence", "entropy", "patience"):
+        sys.exit(f"the setting {setting} exits nowhere early: give --policy and --threshold")
     policy, offline = setting["policy"], float(setting["threshold"])
     budget = float(setting.get("budget_points", BUDGET_POINTS))
     exit_layers = list(record["exits"])

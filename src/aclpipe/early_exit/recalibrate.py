@@ -54,6 +54,7 @@ on their grid (``GRID_POINTS`` values between the offline threshold and the stri
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
@@ -64,6 +65,7 @@ from aclpipe.errors import UserError
 
 MIN_HARM = 0.25  # never trust dev to say that fewer than a quarter of disagreements cost one
 GRID_POINTS = 51  # candidate thresholds between the offline one and the strictest
+EVENTS_KEPT = 256  # the newest moves a controller keeps (a server runs for months)
 
 
 def target_agreement(budget_points: float, harm: float = 1.0) -> float:
@@ -160,7 +162,8 @@ class Event:
 @dataclass
 class Controller:
     """Threshold moves from shadow observations (module docstring). ``observe`` each one;
-    ``threshold`` is the one to serve with; ``events`` the moves made."""
+    ``threshold`` is the one to serve with; ``events`` the newest moves, each also returned
+    by the ``observe`` call that made it (a server logs it there)."""
 
     policy: str
     offline: float  # the export's threshold: the loosest this controller ever serves
@@ -173,7 +176,8 @@ class Controller:
     hysteresis: float = 0.005  # a looser goal must meet target + this
     max_step: float = 0.05  # per update, threshold units (patience: 1 whatever this says)
     threshold: float = field(init=False)
-    events: list[Event] = field(init=False, default_factory=list)
+    events: deque[Event] = field(init=False)  # the newest EVENTS_KEPT moves
+    moves: int = field(init=False, default=0)  # all of them
     seen: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -183,6 +187,7 @@ class Controller:
                 "observations, and min_window at least 1"
             )
         self.threshold = float(self.offline)
+        self.events = deque(maxlen=EVENTS_KEPT)
         self.grid = candidates(self.policy, self.offline, len(self.exit_layers))
         num_exits = len(self.exit_layers)
         self._scores = np.zeros((self.window, num_exits))  # ring buffers, [W, E]
@@ -238,7 +243,7 @@ class Controller:
             "window": n,
             "agreement": None if share is None else float(share),
             "lower_bound": None if lower is None else float(lower),
-            "moves": len(self.events),
+            "moves": self.moves,
             "per_exit": per_exit,
         }
 
@@ -277,4 +282,5 @@ class Controller:
         event = Event(self.seen, old, new, goal, reason, self._filled, float(now_share),
                       float(now_lower), self.target)  # fmt: skip
         self.events.append(event)
+        self.moves += 1
         return event
