@@ -31,10 +31,15 @@ Targets: with recalibration, accuracy within the budget of the full model's in >
 gold windows, at >= 90% of the fixed threshold's speed-up on the first (unshifted) phase; for
 the fixed threshold, how far it breaks.
 
+The offline setting is the export's ``default_setting``, or, with ``--curves``, the export's
+rule applied to a sweep against the model's own last exit (``own_reference_setting``), or
+``--policy``/``--threshold``. docs/drift.md reports the runs.
+
 Usage (from the repository root, after ``dvc repro`` exports sst2/acl-cl; minutes)::
 
     python benchmarks/drift.py [--export models/sst2/acl-cl/export] [--glue-dir ../shared/glue]
-        [--fraction 0.1] [--share 0.15] [--out benchmarks/results/drift_offline.json]
+        [--curves reports/sst2/acl-cl/curves.json] [--fraction 0.1] [--share 0.15]
+        [--harm dev|1] [--out benchmarks/results/drift_offline.json]
         [--figure reports/serve/drift_offline.png] [--cache drift_logits.npz]
 """
 
@@ -380,6 +385,27 @@ def plot(rows: list[dict], result: dict, target: float, budget: float, path: Pat
     os.replace(tmp, path)
 
 
+def own_reference_setting(curves_path: Path, budget: float) -> dict:
+    """The export's rule (``settings.choose_default``: the highest layer speed-up within the
+    budget, ties to the higher score) with the model's own last exit as the reference instead
+    of ce's, on the sweep's validation split when it has one."""
+    curves = json.loads(curves_path.read_text(encoding="utf-8"))
+    chosen_on = curves.get("validation") or curves
+    reference = chosen_on["full_model"]["score"]
+    admitted = [p for p in chosen_on["points"] if p["score"] >= reference - budget / 100 - 1e-9]
+    best = max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+    return {
+        "policy": best["policy"],
+        "threshold": best["threshold"],
+        "source": "own reference",
+        "budget_points": budget,
+        "reference_score": reference,
+        "score": best["score"],
+        "layer_speedup": best["layer_speedup"],
+        "split": "validation" if curves.get("validation") else "dev",
+    }
+
+
 def load_logits(args, record: dict, texts: list[str]) -> tuple[np.ndarray, float]:
     """Per distinct text, its logits at every exit (from ``--cache`` when it holds these)."""
     key = hashlib.sha256(
@@ -405,6 +431,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--policy", help="the offline setting (default: the export's)")
     parser.add_argument("--threshold", type=float, help="and its threshold")
+    parser.add_argument(
+        "--curves",
+        type=Path,
+        help="pick the setting from this sweep against "
+        "the model's own last exit (default: the export's default_setting)",
+    )
     parser.add_argument("--fraction", type=float, default=0.1, help="shadow fraction F")
     parser.add_argument("--share", type=float, default=0.15, help="shadow layers / served layers")
     parser.add_argument("--burst", type=float, default=60.0, help="token bucket, in layers")
@@ -422,6 +454,8 @@ def main() -> None:
     began = time.perf_counter()
     record = read_export(args.export)
     setting = record["default_setting"]
+    if args.curves:
+        setting = own_reference_setting(args.curves, setting.get("budget_points", BUDGET_POINTS))
     if args.policy:
         setting = {"policy": args.policy, "threshold": args.threshold, "source": "--policy"}
     if setting["policy"] not in ("confidence", "entropy", "patience"):
