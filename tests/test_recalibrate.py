@@ -84,8 +84,9 @@ def controller(**overrides) -> Controller:
 def test_wilson_lower_matches_scipy(n: int, confidence: float) -> None:
     for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
         # scipy's two-sided interval at 2c - 1 has the one-sided bound at c as its low end
-        ci = stats.binomtest(k, n).proportion_ci(confidence_level=2 * confidence - 1,
-                                                 method="wilson")  # fmt: skip
+        ci = stats.binomtest(k, n).proportion_ci(
+            confidence_level=2 * confidence - 1, method="wilson"
+        )
         assert float(wilson_lower(k, n, confidence)) == pytest.approx(ci.low, abs=1e-12)
 
 
@@ -167,8 +168,9 @@ def test_estimate_matches_a_plain_loop(policy: str, offline: float, grid: list[f
         assert lower[i] == pytest.approx(float(wilson_lower(agreed, 250, 0.95)))
 
 
-@pytest.mark.parametrize(("window", "min_window", "every"), [(400, 50, 1), (400, 150, 25),
-                                                              (300, 300, 10)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("window", "min_window", "every"), [(400, 50, 1), (400, 150, 25), (300, 300, 10)]
+)
 def test_never_moves_on_a_window_smaller_than_its_minimum(window, min_window, every) -> None:
     logits = synthetic(np.random.default_rng(1), min_window + 200, 0.3)  # far below target
     control = controller(window=window, min_window=min_window, every=every)
@@ -202,32 +204,47 @@ def test_patience_moves_one_whole_exit_at_a_time() -> None:
     assert max(e.new for e in events) <= len(EXITS) - 1
 
 
-def test_holds_the_target_under_drift(reference) -> None:
+# two classes: max p >= 0.7 is H(p) <= H(0.7), so both policies start from the same setting
+BINARY_ENTROPY_AT_OFFLINE = -(OFFLINE * math.log(OFFLINE) + (1 - OFFLINE) * math.log(1 - OFFLINE))
+
+
+@pytest.mark.parametrize(
+    ("policy", "offline"), [("confidence", OFFLINE), ("entropy", BINARY_ENTROPY_AT_OFFLINE)]
+)
+def test_holds_the_target_under_drift(reference, policy: str, offline: float) -> None:
     """A stream drifted from the start: the fixed threshold misses the target, and from the
     moment the controller has settled, the threshold it serves meets the target's known
     agreement."""
     drifted = reference[0.1]
-    assert true_agreement("confidence", OFFLINE, drifted) < TARGET - 0.03  # fixed breaks
-    control = controller(window=500, min_window=200)
+    assert true_agreement(policy, offline, drifted) < TARGET - 0.03  # fixed breaks
+    control = controller(policy=policy, offline=offline, window=500, min_window=200)
     feed(control, synthetic(np.random.default_rng(8), 1800, 0.1))
     assert control.events
     served = [e.new for e in control.events if e.seen >= 1000]  # settled: a full window since
     for threshold in [control.threshold, *served]:
-        assert true_agreement("confidence", threshold, drifted) >= TARGET - 0.005
-    assert control.threshold < 1.0  # not the full model: the cheapest that meets it
+        assert true_agreement(policy, threshold, drifted) >= TARGET - 0.005
+    strictest = candidates(policy, offline, len(EXITS))[-1]
+    assert control.threshold != strictest  # not the full model: the cheapest that meets it
 
 
-def test_returns_to_the_offline_threshold_when_the_drift_ends(reference) -> None:
+@pytest.mark.parametrize(
+    ("policy", "offline"), [("confidence", OFFLINE), ("entropy", BINARY_ENTROPY_AT_OFFLINE)]
+)
+def test_returns_to_the_offline_threshold_when_the_drift_ends(policy: str, offline: float) -> None:
     rng = np.random.default_rng(9)
-    clean, drift, back = synthetic(rng, 800, 0.0), synthetic(rng, 1500, 0.1), synthetic(
-        rng, 1200, 0.0)  # fmt: skip
-    control = controller(window=500, min_window=200)
+    clean, drift, back = (
+        synthetic(rng, 800, 0.0),
+        synthetic(rng, 1500, 0.1),
+        synthetic(rng, 1200, 0.0),
+    )
+    control = controller(policy=policy, offline=offline, window=500, min_window=200)
     assert not feed(control, clean)  # clean traffic meets the target at the offline threshold
-    assert control.threshold == OFFLINE
+    assert control.threshold == offline
     feed(control, drift)
-    assert control.threshold > OFFLINE + 0.1
+    assert control._stricter(control.threshold, offline)
+    assert abs(control.threshold - offline) > 0.1
     feed(control, back)
-    assert control.threshold == OFFLINE
+    assert control.threshold == offline
     assert [e.reason.split(":")[0] for e in control.events][-1] == "loosen"
 
 
