@@ -11,7 +11,7 @@ import pytest
 from paths import at
 from rich.console import Console
 
-import aclpipe.study.tradeoff
+import aclpipe.stages.tradeoff
 from aclpipe.errors import UserError
 from aclpipe.layout import (
     CURVES_JSON,
@@ -23,7 +23,7 @@ from aclpipe.layout import (
     TRADEOFF_MD,
     TRADEOFF_PNG,
 )
-from aclpipe.study.tradeoff import best_within, tradeoff
+from aclpipe.stages.tradeoff import best_within, tradeoff
 
 TASK = "rte"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,8 +101,8 @@ def reports(tmp_path: Path) -> Path:
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the figures (most of a run's time) where a test checks only the numbers."""
-    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_score_vs_time", lambda *args: None)
-    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_exit_scores", lambda *args: None)
+    monkeypatch.setattr(aclpipe.stages.tradeoff, "draw_score_vs_time", lambda *args: None)
+    monkeypatch.setattr(aclpipe.stages.tradeoff, "draw_exit_scores", lambda *args: None)
 
 
 def pick(result: dict, method: str, budget: int) -> dict:

@@ -33,6 +33,8 @@ def names_option(*names: str, what: str = "", default: str = "", hidden: bool = 
     return Annotated[list[str] | None, typer.Option(*names, help=text, hidden=hidden)]
 
 
+MethodsAlias = names_option("--methods", hidden=True)  # an earlier release's; still read
+
 TaskOpt = names_option(
     "--task",
     "-t",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from aclpipe import atomic
 from aclpipe.layout import RUN_RECORD, Layout
-from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign.plan import Campaign
 
 LEDGER = "wallclock.tsv"  # in the study's folder, beside its params
 FIELDS = ["task", "run", "n", "seed", "start_utc", "end_utc", "seconds", "note"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import collections
 
 from aclpipe.layout import RESULTS_COST_PNG, RESULTS_MD, STACK_CHECK
-from aclpipe.study import stack_check
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_markdown import (
+from aclpipe.study.campaign import stack_check
+from aclpipe.study.campaign.leak_free import counts_text
+from aclpipe.study.campaign.markdown import (
     CAMPAIGN_REPORTS,
     MEASURE_NAMES,
     REGENERATE,
@@ -30,8 +30,8 @@ from aclpipe.study.campaign_markdown import (
     seeds_text,
     table,
 )
-from aclpipe.study.leak_free import counts_text
-from aclpipe.study.verdicts import NOT_EXERCISED
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.stats.verdicts import NOT_EXERCISED
 
 # GLUE dev, published, for a 6-layer encoder (../shared/CLAIMS.md, last section): context for a
 # reader, not targets; and the size of each GLUE training set.
@@ -155,7 +155,7 @@ def recipe_lines(tuned: dict[str, dict], tasks: list[str]) -> list[str]:
     grid picks it; a grid extended after the runs may pick another, which the line names
     with the pick's margin on validation (tuning.md has the grid). ``tuned``: the tuning
     summaries by task (``tuning.write_tuning``'s)."""
-    from aclpipe.study import tuning
+    from aclpipe.study.campaign import tuning
 
     parts = []
     for task in tasks:

@@ -7,8 +7,8 @@ import collections
 
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.wallclock import LEDGER
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.fewshot.wallclock import LEDGER
 
 
 def _pts(x: float | None, signed: bool = False) -> str:

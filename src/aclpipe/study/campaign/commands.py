@@ -15,7 +15,7 @@ from aclpipe import atomic
 from aclpipe.cli_options import counts, parse_list
 from aclpipe.errors import UserError
 from aclpipe.layout import REPORTS_README, RESULTS_MD, RUNS, STACK_CHECK
-from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign.plan import load_campaign
 
 
 def prepare(
@@ -23,7 +23,7 @@ def prepare(
 ) -> None:
     """Prepare the tasks named (default: campaign.tasks), every name checked before any is
     written; in a few-shot study, each seed's draw at every N."""
-    from aclpipe.study.campaign import prepare_task
+    from aclpipe.study.campaign.runs import prepare_task
 
     spec = load_campaign(campaign)
     names = parse_list(task, "--task") or spec.tasks
@@ -41,7 +41,7 @@ def prepare(
 
 def run(campaign: Path, task: str, run: str, seed: int, console: Console) -> None:
     """Train, score and sweep one run."""
-    from aclpipe.study.campaign import run_one
+    from aclpipe.study.campaign.runs import run_one
 
     spec = load_campaign(campaign)
     out = run_one(spec, task, run, seed, console)
@@ -80,7 +80,7 @@ def run_pending(
     address: str | None = None,
 ) -> None:
     """Every run without a folder yet; prints the ``dvc commit`` that records the finished."""
-    from aclpipe.study import campaign_runner
+    from aclpipe.study.campaign import runner as campaign_runner
 
     spec = load_campaign(campaign)
     task_list, seed_list = parse_list(task, "--task"), parse_list(seed, "--seed", int)
@@ -121,11 +121,11 @@ def tune(
 ) -> None:
     """One configuration of the tuning grid (``config`` with one task and its seed), else
     every one not yet run; then tuning.md per task, with the pick."""
-    from aclpipe.study.campaign import tune_one
-    from aclpipe.study.campaign_markdown import campaign_reports
-    from aclpipe.study.campaign_runner import TUNE, commit_command
-    from aclpipe.study.campaign_runner import run_pending as run_configurations
-    from aclpipe.study.tuning import TUNING_MD, write_tuning
+    from aclpipe.study.campaign.markdown import campaign_reports
+    from aclpipe.study.campaign.runner import TUNE, commit_command
+    from aclpipe.study.campaign.runner import run_pending as run_configurations
+    from aclpipe.study.campaign.runs import tune_one
+    from aclpipe.study.campaign.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
     task_list = parse_list(task, "--task")
@@ -165,7 +165,7 @@ def tune(
 def stack_compare(campaign: Path, first: Path, second: Path, console: Console) -> Path:
     """Compare one run's folders from two library stacks and write the campaign's
     stack_check.json (atomically); return its path."""
-    from aclpipe.study.stack_check import compare_runs
+    from aclpipe.study.campaign.stack_check import compare_runs
 
     spec = load_campaign(campaign)
     check = compare_runs(first, second)
@@ -183,7 +183,7 @@ def stack_compare(campaign: Path, first: Path, second: Path, console: Console) -
 
 def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
     """Merge the timed runs of ``runs_in`` (a study folder) into <study>/wallclock.tsv."""
-    from aclpipe.study import wallclock as clock
+    from aclpipe.study.fewshot import wallclock as clock
 
     spec = load_campaign(campaign)
     root = spec.root if runs_in is None else runs_in
@@ -207,10 +207,10 @@ def wallclock(campaign: Path, runs_in: Path | None, console: Console) -> None:
 
 
 def record(campaign: Path, everything: bool, console: Console) -> None:
-    """Record the campaign's finished stages in its dvc.lock (``aclpipe.study.record``)."""
+    """Record the campaign's finished stages in its dvc.lock (``aclpipe.study.campaign.record``)."""
     import time
 
-    from aclpipe.study import record as recording
+    from aclpipe.study.campaign import record as recording
 
     spec = load_campaign(campaign)
     started = time.perf_counter()
@@ -226,13 +226,13 @@ def record(campaign: Path, everything: bool, console: Console) -> None:
 
 def report(campaign: Path, reports: Path, console: Console) -> None:
     """tuning.md, results.{md,json} and plots per task, and reports/README.md."""
-    from aclpipe.study.campaign_markdown import campaign_reports
-    from aclpipe.study.campaign_report import write_reports
-    from aclpipe.study.tuning import TUNING_MD, write_tuning
+    from aclpipe.study.campaign.markdown import campaign_reports
+    from aclpipe.study.campaign.report import write_reports
+    from aclpipe.study.campaign.tuning import TUNING_MD, write_tuning
 
     spec = load_campaign(campaign)
     if spec.fewshot:  # a few-shot study: its own report (reports/fewshot/)
-        from aclpipe.study.fewshot_report import write_fewshot_report
+        from aclpipe.study.fewshot.report import write_fewshot_report
 
         for path in write_fewshot_report(spec, reports):
             console.print(f"wrote {path}", highlight=False)

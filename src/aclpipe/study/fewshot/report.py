@@ -46,13 +46,13 @@ from aclpipe.layout import (
     RESULTS_JSON,
     RUN_RECORD,
 )
-from aclpipe.study import measures as scoring
-from aclpipe.study import paired, verdicts
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_report import angle_summary, judge_pair, load_run, rule_use
-from aclpipe.study.fewshot_markdown import BELOW, ON, SPREAD_DRAWS
-from aclpipe.study.stack_check import stack
-from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.campaign.report import angle_summary, judge_pair, load_run, rule_use
+from aclpipe.study.campaign.stack_check import stack
+from aclpipe.study.fewshot.markdown import BELOW, ON, SPREAD_DRAWS
+from aclpipe.study.stats import measures as scoring
+from aclpipe.study.stats import paired, verdicts
+from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
 # (claim id, question, A, B, kind, the run whose gradient rule it tests): on the final exit,
 # per (task, N), worded as ../shared/CLAIMS.md words them
@@ -309,7 +309,9 @@ def family(cells: list[dict], rules: Rules) -> None:
 
 def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
     """Write reports/fewshot/README.md, results.json and the figures; returns their paths."""
-    from aclpipe.study import fewshot_markdown, fewshot_plots, wallclock
+    from aclpipe.study.fewshot import markdown as fewshot_markdown
+    from aclpipe.study.fewshot import plots as fewshot_plots
+    from aclpipe.study.fewshot import wallclock
 
     cells = [summarise_cell(campaign, t, n) for t in campaign.tasks for n in campaign.fewshot]
     family(cells, campaign.verdicts)

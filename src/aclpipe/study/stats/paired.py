@@ -28,7 +28,7 @@ import numpy as np
 
 from aclpipe.data.tasks import Task
 from aclpipe.errors import UserError
-from aclpipe.study.measures import ROUNDING, Measure
+from aclpipe.study.stats.measures import ROUNDING, Measure
 
 RESAMPLES = 2000
 LEVEL = 0.95

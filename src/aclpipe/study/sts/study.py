@@ -34,8 +34,8 @@ from aclpipe.config import Params, apply_overrides, params_from_dict
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import META, RUN_RECORD, STS, TRAINING_LOG, Layout
-from aclpipe.study.sts_eval import POOLINGS
-from aclpipe.study.verdicts import Rules, rules_from
+from aclpipe.study.stats.verdicts import Rules, rules_from
+from aclpipe.study.sts.embeddings import POOLINGS
 
 ROOT = Path(STS)
 COSINES = "cosines.npz"
@@ -118,7 +118,7 @@ def load_study(path: Path) -> StsStudy:
 
 
 def _pair_files(params: Params) -> dict:
-    from aclpipe.study.sts_scores import default_pair_files
+    from aclpipe.study.sts.scores import default_pair_files
 
     return default_pair_files(Path(params.data.glue_dir) if params.data.glue_dir else None)
 
@@ -136,7 +136,7 @@ def prepare_task(study: StsStudy, task_name: str) -> dict:
 def run_one(study: StsStudy, objective: str, pooling: str, seed: int, console: Console) -> Path:
     """Train one run, score it, keep the scores and cosines; the weights are dropped."""
     from aclpipe.stages.finetune import finetune
-    from aclpipe.study.sts_scores import sts_scores
+    from aclpipe.study.sts.scores import sts_scores
 
     if objective not in study.objectives:
         raise UserError(f"unknown objective {objective!r}: use {', '.join(study.objectives)}")
@@ -187,7 +187,7 @@ def run_one(study: StsStudy, objective: str, pooling: str, seed: int, console: C
 
 def zero_shot(study: StsStudy) -> Path:
     """Score the untrained checkpoint once: every pooling at every layer, dev and test."""
-    from aclpipe.study.sts_scores import sts_scores
+    from aclpipe.study.sts.scores import sts_scores
 
     params = study.params()
     result, cosines = sts_scores(

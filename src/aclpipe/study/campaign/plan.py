@@ -38,12 +38,12 @@ Its runs are ``<run>-n<N>`` for every run and N (``ce-n20``), and seed s of a ru
 N examples with ``data.fewshot_seed`` s and trains with ``train.seed`` s: a draw is one seed.
 Each draw is prepared once per task and seed into ``data/<task>/s<seed>/n<N>/``
 (``aclpipe.data.fewshot``) and shared by every method, so that runs of one seed pair on the
-same examples; ``aclpipe.study.fewshot_report`` writes its verdicts.
+same examples; ``aclpipe.study.fewshot.report`` writes its verdicts.
 
 ``aclpipe campaign tune`` trains the grid's configurations on the task's validation split
 (carved from train by ``data.validation_fraction``; dev is never looked at to choose) into
 ``campaign/tune/<task>/<config>-s<seed>/``; the best mean validation score is the recipe that
-``task_settings.<task>.train`` then gives every run (``aclpipe.study.tuning``).
+``task_settings.<task>.train`` then gives every run (``aclpipe.study.campaign.tuning``).
 
 ``campaign/dvc.yaml`` turns it into stages: ``prepare`` per task, ``tune`` per task, ``run`` per seed x task x
 run (train, score every exit, sweep the policies; the run's folder ``campaign/runs/<task>/
@@ -52,35 +52,32 @@ runs into ``reports/<task>/results.{md,json}``, plots and ``reports/README.md``.
 each finished run, so an interrupted campaign resumes where it stopped, and the report is
 rebuilt from the committed runs in seconds.
 
-The published results are ``aclpipe.study.campaign_report`` (figures and verdicts from the run
-folders' per-example predictions), ``campaign_markdown``, ``campaign_overview`` and
-``campaign_plots``. What a run is scored by (each exit's score, the average over exits,
-budget picks on validation, the area under the score-cost curve) is ``aclpipe.study.measures``;
-the paired bootstrap over seeds and dev examples is ``paired``; budgets and the cost curve
-over seeds are ``campaign_speed``.
+A run's stages (prepare, run, tune) are ``aclpipe.study.campaign.runs``; the tuning grid is
+``grid``. The published results are ``aclpipe.study.campaign.report`` (figures and verdicts
+from the run folders' per-example predictions), ``markdown``, ``overview`` and ``plots``. What a run is scored by (each exit's score, the average over exits,
+budget picks on validation, the area under the score-cost curve) is ``aclpipe.study.stats.measures``;
+the paired bootstrap over seeds and dev examples is ``aclpipe.study.stats.paired``; budgets
+and the cost curve over seeds are ``aclpipe.study.campaign.speed``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
-from aclpipe import atomic
 from aclpipe.config import Params, apply_overrides, params_from_dict
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
-from aclpipe.layout import RUN_RECORD, TRAINING_LOG, Layout
-from aclpipe.study.backends import RunResources, parse_resources
-from aclpipe.study.verdicts import Rules, rules_from
+from aclpipe.layout import Layout
+from aclpipe.study.campaign.backends import RunResources, parse_resources
+from aclpipe.study.campaign.grid import Tuning, read_tuning
+from aclpipe.study.stats.verdicts import Rules, rules_from
 
 
 @dataclass
@@ -97,18 +94,6 @@ class Experiment:
     runs: list[str] = dataclasses.field(default_factory=list)
     tasks: list[str] = dataclasses.field(default_factory=list)
     seeds: list[int] = dataclasses.field(default_factory=list)
-
-
-@dataclass
-class Tuning:
-    method: str
-    seeds: list[int]
-    configs: dict[str, dict[str, Any]]  # a configuration's name -> {"train.lr": 5e-05, ...}
-    extend: dict[str, dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
-
-    def configs_for(self, task: str) -> dict[str, dict[str, Any]]:
-        """The shared grid's configurations, then those ``extend`` adds for ``task``."""
-        return {**self.configs, **self.extend.get(task, {})}
 
 
 @dataclass
@@ -243,12 +228,13 @@ class Campaign:
         settings, which hold the recipe being chosen), the configuration, the seed."""
         tuning = self.tuning
         if tuning is None:
-            raise UserError(f"{self.path} has no campaign.tune section: add one (method, seeds, grid)")
+            raise UserError(
+                f"{self.path} has no campaign.tune section: add one (method, seeds, grid)"
+            )
         configs = tuning.configs_for(task)
         if config not in configs:
             raise UserError(
-                f"unknown configuration {config!r}: campaign.tune gives {task} "
-                f"{', '.join(configs)}"
+                f"unknown configuration {config!r}: campaign.tune gives {task} {', '.join(configs)}"
             )
         self.overrides(task)  # a one-line error for a task outside the campaign
         out = [
@@ -300,7 +286,9 @@ def load_campaign(path: Path) -> Campaign:
         if not isinstance(value, list) or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in value
         ):
-            raise UserError(f"campaign.{key} in {path} must be a list of whole numbers, got {value}")
+            raise UserError(
+                f"campaign.{key} in {path} must be a list of whole numbers, got {value}"
+            )
     if not isinstance(ablations, list) or set(ablations) & set(runs):
         raise UserError(f"campaign.ablations in {path} must be a list of runs not in campaign.runs")
     experiment = _experiment(spec.get("experiment"), path, tasks, runs + ablations)
@@ -323,7 +311,7 @@ def load_campaign(path: Path) -> Campaign:
         if task not in tasks or not isinstance(body, dict):
             raise UserError(f"campaign.task_settings.{task}: not a task of campaign.tasks")
         _check_sections(body, f"campaign.task_settings.{task}", "task")
-    tuning = _tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
+    tuning = read_tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
     fewshot, fewshot_settings = _fewshot(spec, path)
     fewshot_runs = {f"{run}-n{n}": (run, n) for n in fewshot for run in runs}
     campaign = Campaign(
@@ -371,25 +359,6 @@ def _check_sections(body: dict, where: str, per: str) -> None:
             )
 
 
-_SHORT = {"lr": "lr", "epochs": "ep", "batch_size": "bs", "warmup_ratio": "wu"}
-
-
-def _knob_order(key: str) -> tuple[int, str]:
-    short = key.split(".")[-1]
-    return (list(_SHORT).index(short) if short in _SHORT else len(_SHORT), short)
-
-
-def config_name(knobs: dict[str, Any]) -> str:
-    """``lr5e-05_ep3_bs32_wu0.1``: a tuning configuration's folder name, from its knobs
-    (lr, epochs, batch size, warm-up first, then the others by name, whatever their order
-    in the file)."""
-    parts = []
-    for key, value in sorted(knobs.items(), key=lambda kv: _knob_order(kv[0])):
-        short = _SHORT.get(key.split(".")[-1], key.split(".")[-1])
-        parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
-    return "_".join(parts)
-
-
 def _experiment(body: Any, path: Path, tasks: list[str], others: list[str]) -> Experiment:
     """``campaign.experiment``: runs (not in runs or ablations), tasks of the campaign, seeds."""
     where = f"campaign.experiment in {path}"
@@ -401,199 +370,13 @@ def _experiment(body: Any, path: Path, tasks: list[str], others: list[str]) -> E
     if not isinstance(runs, list) or not runs or set(runs) & set(others):
         raise UserError(f"{where}: runs must be a non-empty list of runs not in runs or ablations")
     if not isinstance(on, list) or not on or not set(on) <= set(tasks):
-        raise UserError(f"{where}: tasks must be a non-empty list of campaign.tasks ({', '.join(tasks)})")
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+        raise UserError(
+            f"{where}: tasks must be a non-empty list of campaign.tasks ({', '.join(tasks)})"
+        )
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
     ):
         raise UserError(f"{where}: seeds must be a non-empty list of whole numbers, got {seeds!r}")
     return Experiment(list(runs), list(on), list(seeds))
-
-
-def _tuning(body: Any, path: Path, tasks: list[str]) -> Tuning:
-    """``campaign.tune``: the method, the seeds, every configuration of the grid and, per
-    task, the configurations ``extend`` adds."""
-    from aclpipe.training.knobs import check_method
-
-    where = f"campaign.tune in {path}"
-    if not isinstance(body, dict) or set(body) - {"method", "seeds", "grid", "extend"}:
-        raise UserError(f"{where} takes method, seeds, grid and extend")
-    method = check_method(body.get("method", "ce"), f"{where}: method {body.get('method')!r} is unknown")
-    seeds = body.get("seeds") or [1]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise UserError(f"{where}: seeds must be a list of whole numbers, got {seeds!r}")
-    configs = _grid_configs(body.get("grid"), f"{where}: grid")
-    extend = body.get("extend") or {}
-    if not isinstance(extend, dict) or not set(extend) <= set(tasks):
-        raise UserError(
-            f"{where}: extend must map tasks of campaign.tasks ({', '.join(tasks)}) to grids"
-        )
-    extra = {
-        task: {
-            name: knobs
-            for name, knobs in _grid_configs(grid, f"{where}: extend.{task}").items()
-            if name not in configs
-        }
-        for task, grid in extend.items()
-    }
-    return Tuning(method, seeds, configs, extra)
-
-
-def _grid_configs(grids: Any, where: str) -> dict[str, dict[str, Any]]:
-    """Every configuration of a grid (a mapping of lists, or a list of such mappings: their
-    union), by name, in the order the grid gives them."""
-    grids = [grids] if isinstance(grids, dict) else grids
-    if not isinstance(grids, list) or not grids or not all(isinstance(g, dict) for g in grids):
-        raise UserError(f"{where} must map train.<key> to a list of values (or be a list of such maps)")
-    configs: dict[str, dict[str, Any]] = {}
-    for grid in grids:
-        for key, values in grid.items():
-            if not str(key).startswith("train.") or not isinstance(values, list) or not values:
-                raise UserError(
-                    f"{where}: key {key!r} must be train.<knob> with a non-empty list of values"
-                )
-        for combination in itertools.product(*grid.values()):
-            knobs = dict(sorted(zip(grid, combination), key=lambda kv: _knob_order(kv[0])))
-            configs.setdefault(config_name(knobs), knobs)
-    return configs
-
-
-# --- stages ----------------------------------------------------------------------------------
-
-
-def prepare_task(
-    campaign: Campaign, task_name: str, console: Console, seed: int | None = None
-) -> list[dict]:
-    """Prepare a task's data; in a few-shot study, seed's draw at every N (``seed`` given)."""
-    from aclpipe.stages.prepare import prepare, resolve_glue_dir
-
-    task = get_task(task_name)
-    if seed is None:
-        plans = [(campaign.params(task_name), campaign.layout.data(task.name))]
-    else:
-        if not campaign.fewshot:
-            raise UserError(f"{campaign.path} has no campaign.fewshot: prepare without --seed")
-        first = {n: run for run, (_, n) in reversed(campaign.fewshot_runs.items())}
-        runs = [first[n] for n in campaign.fewshot]  # the data is the same for every method
-        plans = [
-            (campaign.params(task_name, run, seed), campaign.data_dir(task.name, run, seed))
-            for run in runs
-        ]
-    return [
-        prepare(
-            task,
-            params.data,
-            params.model.name,
-            out,
-            resolve_glue_dir(params.data, None),
-            params.model.trust_remote_code,
-        )
-        for params, out in plans
-    ]
-
-
-def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Console) -> Path:
-    """Train, score and sweep one run; write its folder (atomically) and drop the weights."""
-    task, variant = get_task(task_name), campaign.variant(run)
-    record = {
-        "task": task.name,
-        "run": run,
-        "method": variant.method,
-        "seed": seed,
-        "overrides": campaign.overrides(task.name, run, seed),
-        "command": f"aclpipe campaign run --task {task.name} --run {run} --seed {seed}",
-    }
-    return _train_and_score(
-        campaign,
-        task_name,
-        variant.method,
-        campaign.params(task_name, run, seed),
-        campaign.layout.scratch(task.name, run, seed),
-        campaign.run_dir(task.name, run, seed),
-        record,
-        console,
-        campaign.data_dir(task.name, run, seed),
-    )
-
-
-def tune_one(campaign: Campaign, task_name: str, config: str, seed: int, console: Console) -> Path:
-    """Train and score one configuration of the tuning grid into its folder under
-    ``campaign/tune/<task>/``; like :func:`run_one` (the same files), with the grid's knobs."""
-    task, tuning = get_task(task_name), campaign.tuning
-    overrides = campaign.tune_overrides(task.name, config, seed)  # checks tuning and config
-    assert tuning is not None
-    record = {
-        "task": task.name,
-        "run": config,
-        "method": tuning.method,
-        "seed": seed,
-        "overrides": overrides,
-        "tuned": tuning.configs_for(task.name)[config],
-        "command": f"aclpipe campaign tune --task {task.name} --config {config} --seed {seed}",
-    }
-    return _train_and_score(
-        campaign,
-        task_name,
-        tuning.method,
-        campaign.tune_params(task_name, config, seed),
-        campaign.layout.tune_scratch(task.name, config, seed),
-        campaign.layout.tune_run(task.name, config, seed),
-        record,
-        console,
-    )
-
-
-def _train_and_score(
-    campaign: Campaign,
-    task_name: str,
-    method: str,
-    params: Params,
-    scratch: Path,
-    out: Path,
-    record: dict,
-    console: Console,
-    data_dir: Path | None = None,
-) -> Path:
-    """Train (resuming if cut off), score every exit on dev and validation, sweep; write
-    ``out`` atomically (run.json last) and drop the weights. ``data_dir``: the prepared data
-    (default: the task's)."""
-    from aclpipe.data.prepared import load_meta
-    from aclpipe.modeling.device import pick_device
-    from aclpipe.stages.evaluate import evaluate
-    from aclpipe.stages.finetune import finetune
-
-    task = get_task(task_name)
-    data_dir = data_dir or campaign.layout.data(task.name)
-    finetune(task, method, params, data_dir, scratch, console)
-    with atomic.atomic_dir(out) as tmp:
-        device = pick_device(params.train.device)
-        evaluate(task, method, scratch, data_dir, tmp, params.evaluate, device, console)
-        shutil.copytree(scratch / TRAINING_LOG, tmp / TRAINING_LOG)
-        record = {
-            **record,
-            "params": dataclasses.asdict(params),
-            "data": {k: v for k, v in load_meta(data_dir).items() if k != "tokenizer"},
-            "environment": environment(device),
-        }
-        (tmp / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    shutil.rmtree(scratch, ignore_errors=True)  # 90 MB a run; the scores are what is kept
-    return out
-
-
-def environment(device: str) -> dict[str, str]:
-    """Where a run ran: the same seed gives other weights on another device or library, and
-    another speed on another CPU (``cpu``: its name, from /proc/cpuinfo)."""
-    import platform
-
-    import torch
-    import transformers
-
-    from aclpipe.host import cpu_name
-
-    return {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "cpu": cpu_name(),
-        "torch": torch.__version__,
-        "cuda": str(torch.version.cuda) if device == "cuda" else "none",
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }

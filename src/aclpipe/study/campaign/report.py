@@ -3,7 +3,7 @@ campaign-wide score-against-cost figure and ``reports/README.md``. Every figure 
 the run folders (``campaign/runs/<task>/<run>-s<seed>/``: run.json, metrics.json and the
 per-example outputs of every exit, predictions.npz); nothing here runs a model.
 
-Statistics (``aclpipe.study.measures``, ``paired``; METHODS.md "Comparisons"), scores x100:
+Statistics (``aclpipe.study.stats.measures``, ``paired``; METHODS.md "Comparisons"), scores x100:
 
 - A run's row (final exit, shallow half, average over exits, AUC, every exit, budgets) is
   the mean over its seeds, with the sample sd over seeds and a 95% interval from the
@@ -44,12 +44,14 @@ from aclpipe.layout import (
     RUN_RECORD,
     VALIDATION,
 )
-from aclpipe.study import campaign_speed, leak_free, paired, verdicts
-from aclpipe.study import measures as scoring
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_plots import parent
-from aclpipe.study.stack_check import stack
-from aclpipe.study.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY
+from aclpipe.study.campaign import leak_free
+from aclpipe.study.campaign import speed as campaign_speed
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.campaign.plots import parent
+from aclpipe.study.campaign.stack_check import stack
+from aclpipe.study.stats import measures as scoring
+from aclpipe.study.stats import paired, verdicts
+from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY
 
 # The papers' claims, worded as the papers word them (../shared/CLAIMS.md): (question, A, B,
 # measure, kind: superiority "A beats B" | non-inferiority "A outperforms or performs
@@ -406,7 +408,10 @@ def write_reports(
     """Write every task's results and plots, the campaign-wide figure and the overview
     (``tuned``: the tuning summaries by task, for its recipe line, computed when not given);
     returns the summaries."""
-    from aclpipe.study import campaign_markdown, campaign_overview, campaign_plots, tuning
+    from aclpipe.study.campaign import markdown as campaign_markdown
+    from aclpipe.study.campaign import overview as campaign_overview
+    from aclpipe.study.campaign import plots as campaign_plots
+    from aclpipe.study.campaign import tuning
 
     summaries = {}
     for task in campaign.tasks:

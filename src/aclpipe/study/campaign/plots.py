@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.tradeoff_plots import _figure, _majority_line, _save
+from aclpipe.stages.tradeoff_plots import _figure, _majority_line, _save
+from aclpipe.study.campaign.plan import Campaign
 
 
 def colours(campaign: Campaign) -> dict[str, tuple]:

@@ -7,7 +7,7 @@ and validation together) has no member among the training rows a run trained on;
 runs' stored validation outputs on those rows alone re-choose every budget's exit setting,
 and dev says whether it met the budget, as before.
 
-``python -m aclpipe.study.leak_free --task sst2`` reads the task's GLUE train, rebuilds the
+``python -m aclpipe.study.campaign.leak_free --task sst2`` reads the task's GLUE train, rebuilds the
 campaign's split exactly as ``prepare`` made it (``data.seed``, ``validation_fraction``,
 ``max_train_samples``), and writes the leak-free rows' indices to
 ``campaign/leak_free/<task>.json`` (committed; the report reads it, needing no GLUE data).
@@ -25,8 +25,8 @@ import numpy as np
 from aclpipe import atomic
 from aclpipe.data.phrase_holdout import SPAN, phrase_families, span_overlap
 from aclpipe.layout import CAMPAIGN_PARAMS
-from aclpipe.study import measures as scoring
-from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.stats import measures as scoring
 
 FOLDER = "leak_free"  # campaign/leak_free/<task>.json
 
@@ -158,7 +158,7 @@ def section(mask: dict, counts: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from aclpipe.study.campaign import load_campaign
+    from aclpipe.study.campaign.plan import load_campaign
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="sst2")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from aclpipe.study.sts_study import StsStudy
-from aclpipe.study.verdicts import stable
+from aclpipe.study.stats.verdicts import stable
+from aclpipe.study.sts.study import StsStudy
 
 SPLIT_NAMES = {"test": "STS Benchmark test", "dev": "STS-B dev"}
 DECIDED = ("better", "worse", "comparable")

@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 
 from aclpipe.evaluation import caveats
-from aclpipe.study import measures as scoring
+from aclpipe.study.stats import measures as scoring
 
 BUDGET_REFERENCE = "ce"  # budgets count from this run's full model, seed by seed
 COST_GRID = 41  # costs at which each seed's dev curve is read, to average curves over seeds

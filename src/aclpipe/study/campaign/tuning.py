@@ -34,10 +34,10 @@ from aclpipe.layout import (
     TUNING_MD,
     VALIDATION,
 )
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.campaign_markdown import campaign_reports, p_value
-from aclpipe.study.measures import Measure
-from aclpipe.study.paired import check_same_examples, paired_bootstrap
+from aclpipe.study.campaign.markdown import campaign_reports, p_value
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.stats.measures import Measure
+from aclpipe.study.stats.paired import check_same_examples, paired_bootstrap
 
 
 def summarise(campaign: Campaign, task: str) -> dict:

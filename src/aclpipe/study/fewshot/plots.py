@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.tradeoff_plots import _figure, _save
+from aclpipe.stages.tradeoff_plots import _figure, _save
+from aclpipe.study.campaign.plan import Campaign
 
 
 def _colours(campaign: Campaign) -> dict[str, tuple]:

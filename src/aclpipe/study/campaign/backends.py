@@ -2,7 +2,7 @@
 
 A study lists its pending runs as :class:`Job` s (a name, the folder the run writes, a
 module-level function and its arguments) and hands them to :func:`follow` with a backend from
-:func:`aclpipe.study.campaign_runner.make_backend`. A backend runs the jobs and reports what happens to each as
+:func:`aclpipe.study.campaign.runner.make_backend`. A backend runs the jobs and reports what happens to each as
 :class:`Event` s (running, and where; done, and its folder; failed, and a one-line reason);
 :func:`follow` prints them with the counts a person follows (pending / running / done /
 failed) and returns the finished folders and the failures. A failed run does not stop the
@@ -11,7 +11,7 @@ the same file for file whichever ran it.
 
 - :class:`LocalPool` (``--backend local``, the default): ``--workers`` processes on this
   machine.
-- :class:`aclpipe.study.ray_backend.RayCluster` (``--backend ray``): one Ray task per run,
+- :class:`aclpipe.study.campaign.ray_backend.RayCluster` (``--backend ray``): one Ray task per run,
   asking for the study's :class:`RunResources` and retried when its worker is lost.
 
 Lives apart from the studies' own modules for the reason ``campaign_runner`` does: how runs are

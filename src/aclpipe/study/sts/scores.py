@@ -26,7 +26,7 @@ from aclpipe.data.sts_pairs import ScoredPairs, read_scored_pairs
 from aclpipe.errors import UserError
 from aclpipe.evaluation.sentence_scores import spearman
 from aclpipe.modeling.backbone import default_pooling, load_encoder, load_tokenizer, resolve_model
-from aclpipe.study.sts_eval import POOLINGS, layer_embeddings
+from aclpipe.study.sts.embeddings import POOLINGS, layer_embeddings
 
 SPLITS = ("dev", "test")
 
@@ -243,7 +243,7 @@ def run_sts_eval(
     """``aclpipe sts-eval``: score the checkpoint (and ``model_dir``'s trained pooling) on the
     pair files, print the table, write the JSON report to ``out``; bad input writes nothing."""
     from aclpipe.stages.prepare import resolve_glue_dir
-    from aclpipe.study.sts_eval import write_sts_report
+    from aclpipe.study.sts.embeddings import write_sts_report
 
     files = default_pair_files(resolve_glue_dir(data, glue_dir))
     files.update({k: v for k, v in (("dev", dev_file), ("test", test_file)) if v is not None})

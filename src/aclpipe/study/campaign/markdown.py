@@ -14,10 +14,10 @@ from aclpipe.layout import (
     RESULTS_EXITS_PNG,
     Layout,
 )
-from aclpipe.study import campaign_speed
-from aclpipe.study.campaign import Campaign
-from aclpipe.study.measures import ROUNDING
-from aclpipe.study.verdicts import NOT_EXERCISED
+from aclpipe.study.campaign import speed as campaign_speed
+from aclpipe.study.campaign.plan import Campaign
+from aclpipe.study.stats.measures import ROUNDING
+from aclpipe.study.stats.verdicts import NOT_EXERCISED
 
 # The campaign's per-task results, tuning reports and figures sit in reports/campaign/, apart
 # from the default pipeline's reports/<task>/ (whose tradeoff stage depends on that whole
@@ -277,7 +277,7 @@ def holm_text(claim: dict) -> str:
     within 3 errors of the level; "-" outside the family."""
     if "holm_p" not in claim:
         return "-"
-    from aclpipe.study.verdicts import stable
+    from aclpipe.study.stats.verdicts import stable
 
     text = f"{claim['holm_p']:.4f} ± {claim['holm_mc_error']:.4f}"
     if not stable(claim["holm_p"], claim["holm_mc_error"], FAMILY_LEVEL):
@@ -466,7 +466,7 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
             parts += [table(header, rows), majority_line(summary)] + ([note] if note else [])
         parts.append(f"Score against expected time, every task: ../{RESULTS_COST_PNG}.")
     if "leak_free" in summary:
-        from aclpipe.study.leak_free import section
+        from aclpipe.study.campaign.leak_free import section
 
         parts.append(section(summary["leak_free"], summary["leak_free"]["budgets"]))
     angled = {run: e["angles"] for run, e in runs.items() if "angles" in e}

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from aclpipe.errors import UserError
-from aclpipe.study.backends import DONE, FAILED, RUNNING, Event, Job, RunResources, one_line
+from aclpipe.study.campaign.backends import (
+    DONE,
+    FAILED,
+    RUNNING,
+    Event,
+    Job,
+    RunResources,
+    one_line,
+)
 
 MAX_RETRIES = 3  # a run survives three lost workers (a node drained, a process killed)
 INSTALL = "pip install 'aclpipe[cluster]'"

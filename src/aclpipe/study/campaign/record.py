@@ -21,7 +21,7 @@ import yaml
 
 from aclpipe.errors import UserError
 from aclpipe.layout import DVC_YAML
-from aclpipe.study.campaign import Campaign
+from aclpipe.study.campaign.plan import Campaign
 
 KINDS = ("prepare", "tune", "run", "ablation", "experiment")  # the stages a run leaves behind
 LOCK = "dvc.lock"

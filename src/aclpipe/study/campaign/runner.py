@@ -3,10 +3,10 @@
 
 DVC runs the campaign's stages one after another, which suits a CPU. A GPU has room for
 several runs side by side, a cluster for many: this module runs every run that has no folder
-yet, in worker processes or as Ray tasks (``aclpipe.study.backends``), each with
-:func:`aclpipe.study.campaign.run_one` (what one DVC stage runs), so a folder
+yet, in worker processes or as Ray tasks (``aclpipe.study.campaign.backends``), each with
+:func:`aclpipe.study.campaign.runs.run_one` (what one DVC stage runs), so a folder
 made here is the one ``dvc repro`` would make; ``dvc commit -f`` on its stage (the command
-:func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``aclpipe.study.campaign`` because the run stages depend on that file: the
+:func:`commit_command` builds, which the CLI prints) then records it. It lives apart from ``plan``, ``grid`` and ``runs`` because the run stages depend on those files: the
 scheduling is not what decides a run's weights, and editing it must not make DVC retrain.
 """
 
@@ -19,8 +19,9 @@ from rich.console import Console
 
 from aclpipe.errors import UserError
 from aclpipe.layout import DVC_YAML, META
-from aclpipe.study.backends import BACKENDS, Backend, Job, LocalPool, RunResources, follow
-from aclpipe.study.campaign import Campaign, load_campaign, run_one, tune_one
+from aclpipe.study.campaign.backends import BACKENDS, Backend, Job, LocalPool, RunResources, follow
+from aclpipe.study.campaign.plan import Campaign, load_campaign
+from aclpipe.study.campaign.runs import run_one, tune_one
 
 RUN, TUNE = "run", "tune"  # the two kinds of job: a campaign run, a configuration of the grid
 
@@ -79,7 +80,7 @@ def make_backend(name: str, workers: int, address: str | None, resources: RunRes
         if address is not None:
             raise UserError("--address names a Ray cluster: add --backend ray, or drop --address")
         return LocalPool(workers)
-    from aclpipe.study.ray_backend import RayCluster
+    from aclpipe.study.campaign.ray_backend import RayCluster
 
     return RayCluster(address, resources)
 
@@ -96,7 +97,7 @@ def run_pending(
     address: str | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Run every pending run (``kind`` tune: every pending configuration of the tuning grid)
-    on ``backend`` (:mod:`aclpipe.study.backends`): ``local``, ``workers`` at a time in
+    on ``backend`` (:mod:`aclpipe.study.campaign.backends`): ``local``, ``workers`` at a time in
     separate processes, or ``ray``, one task per run asking for ``campaign.resources`` on the
     Ray cluster at ``address``. Returns the finished folders and one line per failed run (its
     traceback is in its log, ``campaign/models/<task>/<run>-s<seed>.log``). Each run computes

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aclpipe.errors import UserError
-from aclpipe.study.measures import ROUNDING
+from aclpipe.study.stats.measures import ROUNDING
 
 ALPHA = 0.025  # one-sided; a 95% two-sided interval excludes the bound at this level
 SUPERIORITY = "superiority"  # "A beats B": holds when better
@@ -151,6 +151,6 @@ def stable(p: float, error: float, alpha: float = ALPHA, sigmas: float = 3.0) ->
     return abs(p - alpha) > sigmas * error
 
 
-# Words the few-shot study's tables add (aclpipe.study.fewshot_report): a spread ratio whose
+# Words the few-shot study's tables add (aclpipe.study.fewshot.report): a spread ratio whose
 # interval straddles 1, and a comparison where neither run beats the majority class.
 INCONCLUSIVE, UNINFORMATIVE = "inconclusive", "uninformative"

@@ -38,8 +38,8 @@ from aclpipe.layout import (
     TRADEOFF_MD,
     TRADEOFF_PNG,
 )
-from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
-from aclpipe.study.tradeoff_tables import (
+from aclpipe.stages.tradeoff_plots import draw_exit_scores, draw_score_vs_time
+from aclpipe.stages.tradeoff_tables import (
     budget_lines,
     markdown,
     method_names,

@@ -35,10 +35,10 @@ from aclpipe import atomic
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import META, REPORTS_README, RESULTS_JSON
-from aclpipe.study import paired, verdicts
-from aclpipe.study.sts_eval import POOLINGS
-from aclpipe.study.sts_study import COSINES, RUN_RECORD, StsStudy
-from aclpipe.study.verdicts import SUPERIORITY, Rules
+from aclpipe.study.stats import paired, verdicts
+from aclpipe.study.stats.verdicts import SUPERIORITY, Rules
+from aclpipe.study.sts.embeddings import POOLINGS
+from aclpipe.study.sts.study import COSINES, RUN_RECORD, StsStudy
 
 README = REPORTS_README
 RESULTS = RESULTS_JSON
@@ -326,7 +326,7 @@ def plot(summary: dict, path: Path) -> None:
 def write_report(study: StsStudy, reports: Path, rules: Rules | None = None) -> Path:
     """Write reports/sts/{README.md, results.json, spearman_per_layer.png}; ``rules`` default
     to sts.verdicts."""
-    from aclpipe.study.sts_markdown import render_readme
+    from aclpipe.study.sts.markdown import render_readme
 
     runs, zero = load_runs(study)
     summary = summarise(study, runs, zero, rules)
