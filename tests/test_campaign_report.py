@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.budget import BUDGETS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
 from aclpipe.layout import (
@@ -486,7 +487,7 @@ def test_budget_cells_against_a_plain_reference(tmp_path: Path, params_dict) -> 
         write_run(path.parent, "joint", "joint", seed, MULTI)
     campaign = load_campaign(path)
     summary = summarise_task(campaign, "sst2", resamples=200)
-    for budget in scoring.BUDGETS:
+    for budget in BUDGETS:
         picks = []
         for seed in (1, 2, 3):
             ce_out = load_run("sst2", campaign.run_dir("sst2", "ce", seed))["outputs"]

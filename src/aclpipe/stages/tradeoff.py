@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 from aclpipe import atomic
+from aclpipe.early_exit.budget import BUDGETS, admits, budget_floor, cheapest_within
 from aclpipe.errors import UserError
 from aclpipe.evaluation import caveats
 from aclpipe.layout import (
@@ -48,9 +49,6 @@ from aclpipe.stages.tradeoff_tables import (
     warnings,
 )
 
-BUDGETS = (0, 1, 2, 5)
-# A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
-_TOLERANCE = 1e-9
 POINT_FIELDS = [
     "policy", "threshold", "score", "mean_exit_layer", "expected_time_ratio",
     "layer_speedup", "measured_speedup_batch1", "measured_speedup_batch32",
@@ -141,12 +139,11 @@ def method_points(result: dict) -> list[dict]:
     ]  # fmt: skip
 
 
-def best_within(points: list[dict], min_score: float) -> dict | None:
-    """The admissible point with the best layer speed-up (ties: higher score, then first)."""
-    admitted = [p for p in points if p["score"] >= min_score - _TOLERANCE]
-    if not admitted:
-        return None
-    return max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+def best_within(points: list[dict], reference: float, budget: float) -> int | None:
+    """The index of the point a budget of ``budget`` points below ``reference`` picks: the best
+    layer speed-up within it (ties: higher score, then first), by the one budget rule."""
+    speed = [-p["layer_speedup"] for p in points]  # ordered as the cost: fastest first
+    return cheapest_within([p["score"] for p in points], speed, reference, budget)
 
 
 def exit_score_table(result: dict) -> dict[int, float]:
@@ -279,18 +276,18 @@ def budget_rows(
         on_validation = chooser is not None and validation_reference is not None
         for budget in budgets:
             floor = validation_reference if on_validation else reference
-            min_score = round(floor - budget / 100, 10)  # 0.79, not 0.7900000000000001
+            min_score = budget_floor(floor, budget)  # 0.79, not 0.7900000000000001
             row = {"method": method, "budget_points": budget, "min_score": min_score,
                    "chosen_on": "validation" if on_validation else "dev"}  # fmt: skip
             if on_validation:
-                picked = best_within(chooser, min_score)
-                index = next((i for i, p in enumerate(chooser) if p is picked), None)
-                best = own[index] if picked else dict.fromkeys(POINT_FIELDS)
-                row["validation_score"] = picked["score"] if picked else None
-                dev_floor = round(reference - budget / 100, 10)
-                row["met_on_dev"] = None if not picked else best["score"] >= dev_floor - 1e-9
+                index = best_within(chooser, floor, budget)
+                best = own[index] if index is not None else dict.fromkeys(POINT_FIELDS)
+                row["validation_score"] = chooser[index]["score"] if index is not None else None
+                met = admits(best["score"], reference, budget)
+                row["met_on_dev"] = None if index is None else met
             else:
-                best = best_within(own, min_score) or dict.fromkeys(POINT_FIELDS)
+                index = best_within(own, floor, budget)
+                best = own[index] if index is not None else dict.fromkeys(POINT_FIELDS)
             rows.append({**row, **{f: best[f] for f in POINT_FIELDS},
                          "speedup_bound": best.get("speedup_bound")})  # fmt: skip
     return rows

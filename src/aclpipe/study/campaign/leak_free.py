@@ -24,6 +24,7 @@ import numpy as np
 
 from aclpipe import atomic
 from aclpipe.data.phrase_holdout import SPAN, phrase_families, span_overlap
+from aclpipe.early_exit.budget import BUDGETS
 from aclpipe.layout import CAMPAIGN_PARAMS
 from aclpipe.study.campaign.plan import Campaign
 from aclpipe.study.stats import measures as scoring
@@ -84,7 +85,7 @@ def budgets_before_after(found: dict[str, dict[int, dict]], rows: list[int]) -> 
     the whole validation split, and on its leak-free rows; each counted from ce's full
     model of the same seed, on the same rows."""
     ce = found.get("ce", {})
-    out = {str(b): {"runs": 0, "before": 0, "after": 0} for b in scoring.BUDGETS}
+    out = {str(b): {"runs": 0, "before": 0, "after": 0} for b in BUDGETS}
     for by_seed in found.values():
         for seed, run in by_seed.items():
             outputs = run["outputs"]
@@ -95,7 +96,7 @@ def budgets_before_after(found: dict[str, dict[int, dict]], rows: list[int]) -> 
             after_out, after_ref = masked(outputs, rows), scoring.final_scores(
                 masked(reference, rows)
             )
-            for b in scoring.BUDGETS:
+            for b in BUDGETS:
                 cell = out[str(b)]
                 cell["runs"] += 1
                 cell["before"] += scoring.budget_pick(outputs, b, before_ref)["met"]

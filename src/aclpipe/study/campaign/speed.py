@@ -8,6 +8,7 @@ import statistics
 
 import numpy as np
 
+from aclpipe.early_exit.budget import BUDGETS
 from aclpipe.evaluation import caveats
 from aclpipe.study.stats import measures as scoring
 
@@ -31,8 +32,8 @@ def references(found: dict[str, dict[int, dict]]) -> dict[int, tuple[float, floa
 
 
 def budgets(by_seed: dict, majority: dict, refs: dict) -> dict[str, dict]:
-    """Every budget's cell (``scoring.BUDGETS``) of one run over its table seeds."""
-    return {str(b): _budget(by_seed, b, majority, refs) for b in scoring.BUDGETS}
+    """Every budget's cell (``BUDGETS``) of one run over its table seeds."""
+    return {str(b): _budget(by_seed, b, majority, refs) for b in BUDGETS}
 
 
 def over_seeds(values: list[float]) -> dict:
@@ -146,9 +147,9 @@ def section(summary: dict, multi: dict[str, dict]) -> tuple[str, list[str], list
             "chosen (set data.validation_fraction, prepare and rerun).",
             [], [], "",
         )  # fmt: skip
-    header = ["run", *(f"budget {b} point{'s' if b != 1 else ''}" for b in scoring.BUDGETS)]
+    header = ["run", *(f"budget {b} point{'s' if b != 1 else ''}" for b in BUDGETS)]
     rows = [
-        [run, *(cell_text(e["budgets"][str(b)]) for b in scoring.BUDGETS)]
+        [run, *(cell_text(e["budgets"][str(b)]) for b in BUDGETS)]
         for run, e in budgeted.items()
     ]
     marked = any(c["below_majority"] for e in budgeted.values() for c in e["budgets"].values())

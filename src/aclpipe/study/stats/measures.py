@@ -33,7 +33,8 @@ Regression (STS-B) has correlations, not counts: it is refused with a one-line e
 of the same seed in the campaign (the baseline a faster model must stay near, as the
 trade-off report's), else the run's own. A budget of b points admits the settings whose
 VALIDATION score is at least the reference's validation score minus b/100; among them the
-lowest validation expected time wins (ties: the higher validation score, then grid order).
+lowest validation expected time wins (ties: the higher validation score, then grid order):
+the one budget rule, ``aclpipe.early_exit.budget``.
 Where none is admitted (the run's own full model is already below the floor), the pick is
 the run's full model, flagged ``admitted: False``: no early exit, speed-up 1. That setting's
 DEV score and dev layer speed-up are reported, and whether its dev score met the
@@ -48,11 +49,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from aclpipe.data.tasks import Task
+from aclpipe.early_exit.budget import admits, cheapest_within
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES, default_grid, exit_indices
 from aclpipe.errors import UserError
 
 MEASURES = ("final", "shallow", "average", "auc")
-BUDGETS = (0, 1, 2, 5)  # points below the reference (METHODS.md, Budgets)
 ROUNDING = 1e-12  # float rounding: a difference this small is no difference
 FULL = "full"  # the setting that runs every sample to the last exit
 
@@ -242,8 +243,8 @@ def budget_pick(
     own = reference is None
     validation_reference, dev_reference = final_scores(outputs) if own else reference
     floor = validation_reference - budget / 100
-    admitted = [i for i, s in enumerate(sweep["scores"]) if s >= floor - ROUNDING]
-    best = min(admitted, key=lambda i: (sweep["costs"][i], -sweep["scores"][i], i), default=0)
+    picked = cheapest_within(sweep["scores"], sweep["costs"], validation_reference, budget)
+    best = 0 if picked is None else picked  # none admitted: the full model (setting 0)
     predictions, layers = outputs.dev_setting(best)
     ones = np.ones(len(predictions))
     dev_score = float(weighted_scores(outputs.task, predictions, outputs.dev_labels, ones)[0, 0])
@@ -252,7 +253,7 @@ def budget_pick(
     policy, threshold = sweep["settings"][best]
     return {
         "reference": "own" if own else "given",
-        "admitted": bool(admitted),
+        "admitted": picked is not None,
         "policy": policy,
         "threshold": None if policy == FULL else threshold,
         "validation_reference": validation_reference,
@@ -264,7 +265,7 @@ def budget_pick(
         "dev_speedup": 1.0 / dev_cost,
         "dev_reference": dev_reference,
         "dev_floor": dev_floor,
-        "met": dev_score >= dev_floor - ROUNDING,
+        "met": admits(dev_score, dev_reference, budget),
     }
 
 
