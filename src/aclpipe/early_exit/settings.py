@@ -11,7 +11,7 @@ into export.json as ``default_setting``.
 
 When the data has a validation split (``data.validation_fraction``), the selection reads the
 validation sweep (``curves.json``'s ``validation``) against ce's validation score, and dev
-is only reported (METHODS.md: selection never touches dev); the chosen setting's dev score
+is only reported (docs/methods.md: selection never touches dev); the chosen setting's dev score
 and layer speed-up are stored beside. Without one, it reads dev, and says so (``split``).
 
 When either file is missing, ``FALLBACK`` (``REGRESSION_FALLBACK`` for STS-B) is stored instead, with the reason; ``predict``

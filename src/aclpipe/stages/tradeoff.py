@@ -9,11 +9,11 @@ over its own full model, and ONNX Runtime's over the PyTorch full model; "-" whe
 curves.json holds no such timing (older ones, or ``evaluate.engines: [torch]``). Also the score
 of every exit (the papers' layer-score curves). Writes, under ``reports/<task>/``, the ``NAMES``.
 
-Beside every table: the majority-class score (``metrics.json``'s ``majority_score``, METHODS.md
-"Comparisons"); a method whose full model is at or below it and a budget whose floor is at or
-below it are marked, a measured speed-up above its layer bound is marked ``*``, and too few
-timed examples are said, each also as a one-line warning (tables and warnings:
-``tradeoff_tables``; the rules: ``aclpipe.evaluation.caveats``)."""
+Beside every table: the majority-class score (``metrics.json``'s ``majority_score``,
+docs/methods.md, "How a claim is judged"); a method whose full model is at or below it and a
+budget whose floor is at or below it are marked, a measured speed-up above its layer bound is
+marked ``*``, and too few timed examples are said, each also as a one-line warning (tables
+and warnings: ``tradeoff_tables``; the rules: ``aclpipe.evaluation.caveats``)."""
 
 from __future__ import annotations
 
@@ -267,7 +267,7 @@ def budget_rows(
     With ``validation`` (per method, the points of ``validation_points``) and ce's validation
     score, a setting is chosen on validation (the budget's floor is ce's validation score
     minus b) and the row gives its dev figures, with ``validation_score`` beside: dev only
-    scores the choice (METHODS.md, "Comparisons"), and ``met_on_dev`` says whether that dev
+    scores the choice (docs/methods.md, "How a claim is judged"), and ``met_on_dev`` says whether that dev
     score is still within b points of ce's dev score (a budget met on validation can be missed
     on dev; None when nothing was chosen). Without, the choice is made on dev."""
     rows = []

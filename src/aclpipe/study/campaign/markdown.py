@@ -94,7 +94,7 @@ def p_value(claim: dict) -> str:
 
 
 def few_seeds(seeds: list[int]) -> str:
-    """What an interval over so few seeds does not hold (METHODS.md resamples seeds too)."""
+    """What an interval over so few seeds does not hold (docs/methods.md resamples seeds too)."""
     if len(seeds) == 1:
         return "1 seed: examples only"
     if len(seeds) == 2:
@@ -134,7 +134,7 @@ def few_seeds_note(claims) -> str:
 
 FAMILY_LEVEL = 0.025  # one-sided, as each verdict's p (verdicts.ALPHA)
 VERDICT_NOTE = (
-    "Verdicts (src/aclpipe/study/verdicts.py), from R resampled differences A - B: **better** "
+    "Verdicts (src/aclpipe/study/stats/verdicts.py), from R resampled differences A - B: **better** "
     "when p_better (the share of resamples at or below 0, counted (k + 1) / (R + 1)) is at most "
     "2.5%; else **worse** when the share at or above 0 is; else **comparable** (non-inferior) "
     "when the share at or below -{margin} points (the margin fixed in campaign/params.yaml "
@@ -403,8 +403,8 @@ def task_markdown(campaign: Campaign, summary: dict) -> str:
         f"a bootstrap over seeds and dev examples, {summary['resamples']} resamples].",
         *seed_notes(summary),
         "## The papers' claims",
-        "Each claim as its paper words it (../shared/CLAIMS.md). Paired bootstrap (METHODS.md, "
-        "Comparisons): each resample draws the common seeds and the dev examples with "
+        "Each claim as its paper words it (docs/claims.md). Paired bootstrap (docs/methods.md, "
+        "How a claim is judged): each resample draws the common seeds and the dev examples with "
         "replacement, one example draw shared by both runs; A - B is the mean over drawn seeds. "
         + verdict_note(summary)
         + "."

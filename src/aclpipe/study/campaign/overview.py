@@ -33,7 +33,7 @@ from aclpipe.study.campaign.markdown import (
 from aclpipe.study.campaign.plan import Campaign
 from aclpipe.study.stats.verdicts import NOT_EXERCISED
 
-# GLUE dev, published, for a 6-layer encoder (../shared/CLAIMS.md, last section): context for a
+# GLUE dev, published, for a 6-layer encoder (docs/claims.md, last section): context for a
 # reader, not targets; and the size of each GLUE training set.
 REFERENCES = {
     "sst2": {"DistilBERT": 91.3, "BERT-of-Theseus": 91.8},

@@ -3,7 +3,7 @@ campaign-wide score-against-cost figure and ``reports/README.md``. Every figure 
 the run folders (``campaign/runs/<task>/<run>-s<seed>/``: run.json, metrics.json and the
 per-example outputs of every exit, predictions.npz); nothing here runs a model.
 
-Statistics (``aclpipe.study.stats.measures``, ``paired``; METHODS.md "Comparisons"), scores x100:
+Statistics (``aclpipe.study.stats.measures``, ``paired``; docs/methods.md, "How a claim is judged"), scores x100:
 
 - A run's row (final exit, shallow half, average over exits, AUC, every exit, budgets) is
   the mean over its seeds, with the sample sd over seeds and a 95% interval from the
@@ -53,7 +53,7 @@ from aclpipe.study.stats import measures as scoring
 from aclpipe.study.stats import paired, verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY
 
-# The papers' claims, worded as the papers word them (../shared/CLAIMS.md): (question, A, B,
+# The papers' claims, worded as the papers word them (docs/claims.md): (question, A, B,
 # measure, kind: superiority "A beats B" | non-inferiority "A outperforms or performs
 # comparably with B", the run whose gradient rule the claim is about or None).
 CLAIMS: list[tuple[str, str, str, str, str, str | None]] = [

@@ -1,5 +1,5 @@
 """The speed side of the campaign report: each run's speed-up within quality budgets over
-its seeds, and its mean dev score-against-cost curve (METHODS.md, "Comparisons", Budgets);
+its seeds, and its mean dev score-against-cost curve (docs/methods.md, "How a claim is judged", Budgets);
 figures from the run folders' per-example outputs (``measures``), and their markdown."""
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
                 lines.append(f"| {cols} | | | | | | {row['verdict']} | |")
                 continue
             question = row["question"]
-            if "rule_altered" in row:  # CLAIMS.md A3: testable only where the rule fires
+            if "rule_altered" in row:  # docs/claims.md A3: testable only where the rule fires
                 question += f"; the rule altered {100 * row['rule_altered']:.1f}% of steps"
             holm = (
                 f"{_p(row['holm_p'])} ± {row['holm_mc_error']:.3f}" if "holm_p" in row else ""
@@ -326,7 +326,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "class scores 0).",
         "",
         "How a claim is judged, as the campaign judges its own (reports/README.md; "
-        "../../src/aclpipe/study/verdicts.py), under campaign.verdicts of "
+        "../../src/aclpipe/study/stats/verdicts.py), under campaign.verdicts of "
         f"{campaign.path}: the paired bootstrap over draws and dev examples "
         f"({rules.resamples:,} resamples), on the draws both runs have, gives A - B with its "
         "95% interval and three one-sided tests. **better** / **worse** when the tail beyond 0 "
@@ -338,7 +338,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "draws' majority class; A3 is **rule not exercised** where ACL-Grad's rule altered "
         f"under {100 * rules.rule_floor:g}% of the steps. Holm p: Holm's step-down over a "
         "task's judged claims at every N, ± its Monte Carlo error. A1 is the ACL paper's claim "
-        "on full training sets with BERT-base and RoBERTa (../shared/CLAIMS.md): here it "
+        "on full training sets with BERT-base and RoBERTa (../../docs/claims.md): here it "
         "is tested outside that regime. Spread (S2): the ratio of the sds over draws with a "
         "bootstrap interval from the same resamples; **lower** when it lies below 1, "
         "**uninformative** unless A beats the majority class (a method that guesses one class "

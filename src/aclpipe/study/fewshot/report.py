@@ -55,7 +55,7 @@ from aclpipe.study.stats import paired, verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
 
 # (claim id, question, A, B, kind, the run whose gradient rule it tests): on the final exit,
-# per (task, N), worded as ../shared/CLAIMS.md words them
+# per (task, N), worded as docs/claims.md words them
 CLAIMS: list[tuple[str, str, str, str, str, str | None]] = [
     ("S1", "CE+SCL beats CE", "scl", "ce", SUPERIORITY, None),
     ("A1", "ACL outperforms or performs comparably with CE", "acl", "ce", NON_INFERIORITY, None),

@@ -1,5 +1,5 @@
-"""What a campaign run is scored by, on dev, under bootstrap weights (METHODS.md,
-"Comparisons"); pure NumPy. ``paired`` resamples these.
+"""What a campaign run is scored by, on dev, under bootstrap weights (docs/methods.md,
+"How a claim is judged"); pure NumPy. ``paired`` resamples these.
 
 **Scores under bootstrap weights.** Every GLUE classification metric (accuracy, F1 of class
 1, Matthews correlation) is a function of the confusion matrix. A resample of ``N`` examples

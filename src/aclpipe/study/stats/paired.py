@@ -1,4 +1,4 @@
-"""Paired statistics over seeds and dev examples (METHODS.md, "Comparisons"); pure NumPy.
+"""Paired statistics over seeds and dev examples (docs/methods.md, "How a claim is judged"); pure NumPy.
 The measures themselves (scores under weights, AUC, budgets) are ``measures``.
 
 **Paired bootstrap** (``paired_bootstrap``): a claim "A beats B" on a measure uses the seeds
@@ -14,7 +14,7 @@ draw); the result says ``seeds: 1`` and reports mark it "1 seed: examples only",
 interval then holds no seed-to-seed variation. Draws come from ``numpy.random.default_rng
 (seed)``: example indices first, then seed indices, so a report is reproducible to the bit.
 
-**Family-wise view** (``two_sided_p``, ``holm``): beside METHODS.md's per-claim verdict, the
+**Family-wise view** (``two_sided_p``, ``holm``): beside docs/methods.md's per-claim verdict, the
 reports take a task's claims as one family and say which better/worse verdicts survive Holm's
 correction; it adds a column and a sentence, it never changes a verdict.
 """

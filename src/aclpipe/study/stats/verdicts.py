@@ -1,4 +1,4 @@
-"""Verdicts as the papers word their claims (../shared/CLAIMS.md; METHODS.md "Comparisons").
+"""Verdicts as the papers word their claims (docs/claims.md; docs/methods.md, "How a claim is judged").
 
 A comparison "A against B" on one measure is judged from its paired-bootstrap differences
 (``paired.bootstrap_differences``: R resampled mean differences A - B over the seeds both

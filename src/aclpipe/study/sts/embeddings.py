@@ -1,6 +1,6 @@
 """Zero-shot sentence embeddings per layer: Spearman correlation on the STS-B dev split.
 
-The layer-attention paper's setting (Oh et al., COLING 2022; METHODS.md, Pooling): each
+The layer-attention paper's setting (Oh et al., COLING 2022; docs/methods.md, Pooling): each
 sentence of a pair is encoded on its own, pooled into one vector per layer, and the cosine
 similarity of the two vectors is ranked against the gold similarity scores. Nothing is
 trained here, so every pooling must be parameter-free:

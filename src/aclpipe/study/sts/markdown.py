@@ -276,12 +276,12 @@ def summary_paragraph(summary: dict) -> str:
 def rules_note(summary: dict) -> str:
     r = summary["rules"]
     return (
-        "Each claim as the paper words it (../shared/CLAIMS.md, L2: layer-attention pooling "
+        "Each claim as the paper words it (docs/claims.md, L2: layer-attention pooling "
         "*improves on* the baseline pooling), so a superiority claim per objective: "
         "layer-attention beats mean, layer-attention beats cls. Paired bootstrap over the "
         f"seeds both runs have and the sentence pairs ({r['resamples']:,} resamples; one draw "
         "of pairs shared by both runs), A - B the mean over drawn seeds of the Spearman "
-        "difference. Verdicts (src/aclpipe/study/verdicts.py, rules fixed in advance in "
+        "difference. Verdicts (src/aclpipe/study/stats/verdicts.py, rules fixed in advance in "
         "sts/params.yaml, sts.verdicts): **better** when the share of resamples at or below 0, "
         "counted (k + 1) / (R + 1), is at most 2.5%; else **worse** when the share at or above "
         "0 is; else **comparable** (non-inferior) when the share at or below "
@@ -342,7 +342,7 @@ def render_readme(study: StsStudy, summary: dict, meta: dict, figure: str) -> st
     lines += ["## Scores (mean ± sd over seeds)", "", *scores_table(study, summary), ""]
     lines += [
         "The untrained checkpoint's poolings are parameter-free (`cls`: the raw [CLS] vector; "
-        "`layer-attention`: attention over layers with identity maps, study/sts_eval.py); the "
+        "`layer-attention`: attention over layers with identity maps, study/sts/embeddings.py); the "
         "trained ones carry their learned maps.",
         "",
         "## Claim L2: layer-attention pooling against the baseline poolings",

@@ -1,7 +1,7 @@
 """The STS study's report: reports/sts/README.md, results.json and the per-layer figure,
 generated from sts/runs/ (``aclpipe sts report``); the README's words are ``sts_markdown``.
 
-Claim L2 (../shared/CLAIMS.md), per objective: "layer-attention beats mean" and
+Claim L2 (docs/claims.md), per objective: "layer-attention beats mean" and
 "layer-attention beats cls", superiority claims (the paper says the pooling *improves on* the
 baseline). Each is judged as the seeds campaign judges its claims (``study.verdicts``): the
 paired bootstrap of ``paired.bootstrap_differences`` (the seeds both runs have and the
