@@ -100,12 +100,14 @@ def test_the_studies_stand_on_the_statistics_core() -> None:
         height = _study_floor(module)
         assert height is not None, f"{module}: give it a floor in STUDY_FLOORS or STUDY_FACES"
         for target in (t for t in graph[module] if t.startswith("aclpipe.study")):
-            if target == module.rsplit(".", 1)[0] or target.rsplit(".", 1)[0] == module.rsplit(
-                ".", 1
-            )[0]:
+            if (
+                target == module.rsplit(".", 1)[0]
+                or target.rsplit(".", 1)[0] == module.rsplit(".", 1)[0]
+            ):
                 continue  # its own package, and the package's other modules
             faces = height == len(STUDY_FLOORS) == _study_floor(target)  # tables add sub-apps
             assert _study_floor(target) < height or faces, (module, target)
+
 
 def test_serving_and_offline_exits_apart() -> None:
     """``early_exit`` is what a serving box needs; export and sweeps (``exits``) stand on it,
@@ -126,13 +128,24 @@ def test_methods_do_not_import_the_config() -> None:
     assert "aclpipe.training.knobs" in graph["aclpipe.config"]
 
 
-def test_the_method_names_are_the_method_table() -> None:
-    """The command line lists and checks names from ``aclpipe.method_names`` (no training
-    loaded); the knobs table must hold the same methods in the same order."""
-    from aclpipe.method_names import METHOD_NAMES
-    from aclpipe.training.knobs import KNOBS
+def test_one_registry_names_every_method() -> None:
+    """``aclpipe.method_names.REGISTRY`` is the one list of methods: the knobs table and the
+    catalogue follow it, in its order, and every knobs record and builder is in it (a record or
+    builder no entry names would be a method half added)."""
+    import dataclasses
 
-    assert tuple(KNOBS) == METHOD_NAMES
+    from aclpipe.method_names import METHOD_NAMES, REGISTRY
+    from aclpipe.training import knobs, methods
+
+    assert tuple(knobs.KNOBS) == tuple(methods.METHODS) == METHOD_NAMES == tuple(REGISTRY)
+    for name, (record, builder) in REGISTRY.items():
+        assert methods.METHODS[name] == (getattr(knobs, record), getattr(methods, builder))
+    records = {
+        n for n, v in vars(knobs).items() if n.endswith("Knobs") and dataclasses.is_dataclass(v)
+    }
+    assert records == {record for record, _ in REGISTRY.values()}
+    builders = {n for n in vars(methods) if n.startswith("build_") and n != "build_method"}
+    assert builders == {builder for _, builder in REGISTRY.values()}
 
 
 @pytest.mark.slow
