@@ -14,7 +14,7 @@ the same file for file whichever ran it.
 - :class:`aclpipe.study.campaign.ray_backend.RayCluster` (``--backend ray``): one Ray task per run,
   asking for the study's :class:`RunResources` and retried when its worker is lost.
 
-Lives apart from the studies' own modules for the reason ``campaign_runner`` does: how runs are
+Lives apart from the studies' own modules for the reason ``runner`` does: how runs are
 scheduled does not decide their weights, and editing it must not make DVC retrain.
 """
 

@@ -1,5 +1,5 @@
 """The campaign report's markdown: ``reports/campaign/<task>/results.md`` and
-``reports/README.md``, rendered from ``campaign_report.summarise_task``'s summaries (no
+``reports/README.md``, rendered from ``report.summarise_task``'s summaries (no
 statistics computed here); and where the campaign's report files go (``campaign_reports``)."""
 
 from __future__ import annotations

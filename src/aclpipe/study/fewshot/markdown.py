@@ -1,5 +1,5 @@
 """reports/fewshot/README.md: the few-shot study's tables and verdicts, from the summaries of
-``fewshot_report`` (scores x100 here). Every figure in it is recomputed from the run folders."""
+``report`` (scores x100 here). Every figure in it is recomputed from the run folders."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def _majority_table(campaign: Campaign, cells: list[dict], task: str) -> list[st
     return lines
 
 
-# a method against its draws' majority-class guess (fewshot_report.against_majority): better,
+# a method against its draws' majority-class guess (report.against_majority): better,
 # on it (not told apart) or below it (the interval lies under 0)
 ON, BELOW = "on the majority class", "below the majority class"
 # S2's fewest draws: with k draws, k of the k^k equally likely resamples of the draws repeat one

@@ -1,19 +1,19 @@
 """The few-shot study's results: ``reports/fewshot/{README.md,results.json}`` and its figures,
 from the run folders (``fewshot/runs/<task>/<run>-n<N>-s<seed>/``, read as the campaign's are:
-``campaign_report.load_run``); nothing here runs a model.
+``aclpipe.study.campaign.report.load_run``); nothing here runs a model.
 
 Per (task, N), over the draws (a draw is one seed) and the dev examples, scores x1 here, x100
 in the markdown:
 
 - each method's final-exit dev score: the mean over draws, the sample sd over draws and the
   95% interval of ``paired.seed_mean_interval``;
-- the claims (``CLAIMS``), judged as the campaign's are (``campaign_report.judge_pair``: the
+- the claims (``CLAIMS``), judged as the campaign's are (``aclpipe.study.campaign.report.judge_pair``: the
   paired bootstrap over draws and dev examples on the draws both runs have, each run of a draw
   on the same examples; ``verdicts.judge`` under ``campaign.verdicts``): better / worse /
   comparable / inconclusive, and whether the claim *holds* as its paper words it (a
   superiority claim when better, a non-inferiority one when better or comparable); A3 is
   *rule not exercised* where ACL-Grad's rule altered under ``rule_floor`` of the steps
-  (``campaign_report.rule_use``); Holm's step-down over each task's tested claims, every N
+  (``aclpipe.study.campaign.report.rule_use``); Holm's step-down over each task's tested claims, every N
   (``verdicts.family``);
 - the spread claim (``SPREADS``, S2): the ratio of the sds over draws, A's over B's, with a 95%
   interval from the same resamples (draws and examples drawn together, ``paired.draw``):

@@ -1,5 +1,5 @@
 """The STS study's report: reports/sts/README.md, results.json and the per-layer figure,
-generated from sts/runs/ (``aclpipe sts report``); the README's words are ``sts_markdown``.
+generated from sts/runs/ (``aclpipe sts report``); the README's words are ``markdown``.
 
 Claim L2 (docs/claims.md), per objective: "layer-attention beats mean" and
 "layer-attention beats cls", superiority claims (the paper says the pooling *improves on* the
