@@ -1,5 +1,7 @@
 """The floor plan, measured: import floors, package arrows back up, import circles (type-only
-imports counted), cli.py's length and the longest function under src/.
+imports counted), cli.py's length, the longest function under src/, and the three floors
+(library, pipeline, studies): modules and lines on each, modules over 400 lines, functions
+over 80 lines, and the source files that list every method by name.
 
     python benchmarks/import_graph.py
 
@@ -28,7 +30,7 @@ TIERS = (
     ("evaluation",),  # metrics and scores
     ("exits", "training"),  # offline export and sweeps; the training loop and methods
     ("config", "cli_options"),  # params.yaml assembled from the sections; the CLI's shared parts
-    ("stages",),  # the pipeline's stage functions
+    ("stages",),  # the pipeline's stage functions, the trade-off stage among them
     ("study",),  # the campaign, reports and experiments built on the stages
     ("cli", "__main__"),  # the face
 )
@@ -144,6 +146,54 @@ def floors(packages: dict[str, set[str]]) -> list[list[str]]:
     return [sorted(f) for f in out]
 
 
+# The three floors a reader sees from the tree: the library (every package the stages call),
+# the pipeline (the params, the stages, the command line) and the studies.
+PIPELINE = ("config", "cli_options", "stages", "cli", "__main__", "__init__")
+
+
+def building_floor(path: Path) -> str:
+    top = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    return "studies" if top == "study" else "pipeline" if top in PIPELINE else "library"
+
+
+def functions() -> list[tuple[int, str]]:
+    """(lines, "path:name") of every function under src/aclpipe, longest first."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append(
+                    (node.end_lineno - node.lineno + 1, f"{path.relative_to(SRC)}:{node.name}")
+                )
+    return sorted(found, reverse=True)
+
+
+def _lists_methods(path: Path) -> bool:
+    """Whether a dict, tuple or list literal in the file names most methods (a method list)."""
+    names = {"ce", "scl", "acl", "joint", "deebert", "deebert-sd", "romebert", "acl-cl"}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Dict | ast.Tuple | ast.List):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            found = {i.value for i in items if isinstance(i, ast.Constant)}
+            if len(found & names) >= 6:
+                return True
+    return False
+
+
+def building() -> None:
+    lines = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.rglob("*.py")}
+    total = sum(lines.values())
+    for name in ("library", "pipeline", "studies"):
+        mine = sorted(p for p in lines if building_floor(p) == name)
+        count = sum(lines[p] for p in mine)
+        big = [str(p.relative_to(PACKAGE)) for p in mine if lines[p] > 400]
+        print(f"{name}: {len(mine)} modules, {count} lines ({100 * count / total:.0f}%), "
+              f"{sum(lines[p] > 300 for p in mine)} over 300, over 400: {big}")  # fmt: skip
+    print(f"functions over 80 lines: {[f'{f} ({n})' for n, f in functions() if n > 80]}")
+    lists = [str(p.relative_to(SRC)) for p in sorted(PACKAGE.rglob("*.py")) if _lists_methods(p)]
+    print(f"method lists in the source (a new method's entries): {len(lists)} {lists}")
+
+
 def longest_function() -> tuple[str, int]:
     best = ("", 0)
     for path in PACKAGE.rglob("*.py"):
@@ -171,6 +221,7 @@ def main() -> None:
     print(f"cli.py lines: {len(cli.read_text(encoding='utf-8').splitlines())}")
     name, lines = longest_function()
     print(f"longest function: {name} ({lines} lines)")
+    building()
 
 
 if __name__ == "__main__":

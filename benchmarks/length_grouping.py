@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from threads import machine
 
-from aclpipe.study.campaign import environment
+from aclpipe.study.campaign.runs import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("ce", "acl-cl")

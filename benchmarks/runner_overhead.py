@@ -41,8 +41,9 @@ from rich.console import Console  # noqa: E402
 from threads import machine  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
-from aclpipe.study.campaign import load_campaign, prepare_task  # noqa: E402
-from aclpipe.study.campaign_runner import _run_logged, run_pending  # noqa: E402
+from aclpipe.study.campaign.plan import load_campaign  # noqa: E402
+from aclpipe.study.campaign.runner import _run_logged, run_pending  # noqa: E402
+from aclpipe.study.campaign.runs import prepare_task
 
 
 def tiny_model(folder: Path) -> Path:

@@ -12,8 +12,8 @@ import pytest
 
 from aclpipe import atomic
 from aclpipe.early_exit.predict import write_jsonl
+from aclpipe.stages.tradeoff_plots import draw_exit_scores, draw_score_vs_time
 from aclpipe.study.angles import draw_histograms
-from aclpipe.study.tradeoff_plots import draw_exit_scores, draw_score_vs_time
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from aclpipe.layout import (
     TRAINING_LOG,
     WEIGHTS,
 )
-from aclpipe.study.tradeoff import NAMES
+from aclpipe.stages.tradeoff import NAMES
 
 
 def killed(status: int) -> bool:

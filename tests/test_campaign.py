@@ -34,10 +34,10 @@ from aclpipe.layout import (
     TRAINING_LOG,
     Layout,
 )
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_markdown import campaign_reports
-from aclpipe.study.campaign_report import write_reports
-from aclpipe.study.campaign_runner import _run_logged, pending, run_pending
+from aclpipe.study.campaign.markdown import campaign_reports
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.report import write_reports
+from aclpipe.study.campaign.runner import _run_logged, pending, run_pending
 
 
 def write_campaign(folder: Path, base: dict, **spec) -> Path:

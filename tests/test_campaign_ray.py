@@ -25,8 +25,9 @@ from cli_helpers import invoke, tree
 from rich.console import Console
 
 from aclpipe.errors import UserError
-from aclpipe.study.campaign import load_campaign, prepare_task
-from aclpipe.study.campaign_runner import _run_logged, run_pending
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.runner import _run_logged, run_pending
+from aclpipe.study.campaign.runs import prepare_task
 
 FLAG = ["--campaign", "campaign/params.yaml"]
 
@@ -220,8 +221,8 @@ def test_a_failed_run_does_not_stop_the_others(
 ) -> None:
     """One run raises (a run the campaign does not know): it fails in one line, its log keeps
     the traceback, and the other run finishes."""
-    from aclpipe.study.backends import Job, RunResources, follow
-    from aclpipe.study.ray_backend import RayCluster
+    from aclpipe.study.campaign.backends import Job, RunResources, follow
+    from aclpipe.study.campaign.ray_backend import RayCluster
 
     write_campaign(tmp_path, params_dict(glue_dir), seeds=[1], runs=["ce"])
     monkeypatch.chdir(tmp_path)

@@ -1,5 +1,5 @@
 """``aclpipe campaign record``: a campaign's finished stages recorded in one pass, with the lock
-``dvc commit -f`` writes (aclpipe.study.record), on a small DVC repository written here."""
+``dvc commit -f`` writes (aclpipe.study.campaign.record), on a small DVC repository written here."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.record import record, recorded
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.record import record, recorded
 
 # stages named as the campaigns' are: prepare@<task>, run@<seed>-<task>, and a report
 DVC_YAML = """\

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.data.tasks import TASKS
+from aclpipe.early_exit.budget import BUDGETS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
 from aclpipe.layout import (
@@ -32,11 +33,11 @@ from aclpipe.layout import (
     RUN_RECORD,
     Layout,
 )
-from aclpipe.study import measures as scoring
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_markdown import campaign_reports
-from aclpipe.study.campaign_overview import overview_markdown
-from aclpipe.study.campaign_report import summarise_task, write_reports
+from aclpipe.study.campaign.markdown import campaign_reports
+from aclpipe.study.campaign.overview import overview_markdown
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.report import summarise_task, write_reports
+from aclpipe.study.stats import measures as scoring
 
 TASK = TASKS["sst2"]
 N_DEV, N_VAL, EXITS = 40, 30, 6
@@ -142,7 +143,7 @@ def test_figures_against_plain_references(built: Path) -> None:
     assert joint["average"]["mean"] == pytest.approx(statistics.fmean(per_exit))
     # Budgets: every table seed counts, each picked on validation (measures.budget_pick),
     # counted from ce's full model of the same seed.
-    from aclpipe.study.campaign_report import load_run
+    from aclpipe.study.campaign.report import load_run
 
     ce_outputs = load_run("sst2", campaign.run_dir("sst2", "ce", 1))["outputs"]
     reference = scoring.final_scores(ce_outputs)
@@ -196,7 +197,7 @@ def test_claims_use_the_seeds_both_runs_have(built: Path) -> None:
     assert summary["family"] == len(tested) == 4
     assert all("holm_p" in c for c in tested) and "holm_p" not in floor
     assert all("holm_p" not in c for c in summary["controls"])
-    from aclpipe.study.paired import holm
+    from aclpipe.study.stats.paired import holm
 
     assert [c["holm_p"] for c in tested] == pytest.approx(holm([c["p"] for c in tested]))
     assert acl_ce["holm_p"] == pytest.approx(4 / 2001)  # the smallest p: times the family
@@ -215,7 +216,7 @@ def test_report_files(built: Path, tmp_path: Path) -> None:
     assert "**better** | yes |" in line and "[+" in line and "| 1, 2, 3 |" in line
     assert "| 100.0 / 73.3 |" in line  # both sides over the claim's own seeds
     assert "(1 seed: examples only)" in text  # the noise floor: deebert has one seed
-    from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE
+    from aclpipe.study.campaign.markdown import FEW_SEEDS_NOTE
 
     assert FEW_SEEDS_NOTE in text  # the label comes with its legend
     assert text.count("Majority-class score") >= 4  # claims, every exit, budgets (+ scores)
@@ -357,7 +358,7 @@ def test_a_gradient_rule_that_altered_under_1_percent_was_not_exercised(
     assert grad["verdict"] == "rule not exercised" and not grad["holds"]
     assert grad["rule_altered"] == pytest.approx(2 / 400) and grad["rule_steps"] == 400
     assert "holm_p" not in grad and summary["family"] == 1  # acl - ce alone
-    from aclpipe.study.campaign_markdown import claim_line
+    from aclpipe.study.campaign.markdown import claim_line
 
     assert "p -: **rule not exercised** (acl's rule altered 0.5% of 400 steps)" in claim_line(grad)
     for seed in (1, 2):  # now 4 of 200 steps: 2%, exercised
@@ -400,7 +401,7 @@ def test_ablation_rows_sit_beside_their_run_over_the_same_seeds(tmp_path: Path,
 
 def test_the_experiment_runs_on_its_own_tasks_and_seeds(tmp_path: Path, params_dict) -> None:
     """campaign.experiment: scl-grad on one task over its own seeds, its own dvc stage."""
-    from aclpipe.study.campaign_runner import commit_command, pending
+    from aclpipe.study.campaign.runner import commit_command, pending
 
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "scl"], seeds=[1],
                           tasks=["sst2", "mrpc"],
@@ -478,7 +479,7 @@ def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, para
 def test_budget_cells_against_a_plain_reference(tmp_path: Path, params_dict) -> None:
     """Over three seeds: the speed-up is the inverse of the mean dev time ratio, the range
     the per-seed speed-ups', and every seed counts, met or not, picked or not."""
-    from aclpipe.study.campaign_report import load_run
+    from aclpipe.study.campaign.report import load_run
 
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
     for seed in (1, 2, 3):
@@ -486,7 +487,7 @@ def test_budget_cells_against_a_plain_reference(tmp_path: Path, params_dict) -> 
         write_run(path.parent, "joint", "joint", seed, MULTI)
     campaign = load_campaign(path)
     summary = summarise_task(campaign, "sst2", resamples=200)
-    for budget in scoring.BUDGETS:
+    for budget in BUDGETS:
         picks = []
         for seed in (1, 2, 3):
             ce_out = load_run("sst2", campaign.run_dir("sst2", "ce", seed))["outputs"]
@@ -517,8 +518,8 @@ def test_an_old_run_folder_is_a_one_line_error(tmp_path: Path, params_dict) -> N
 
 
 def test_plot_panels_put_each_ablation_beside_the_run_it_changes() -> None:
-    from aclpipe.study.campaign import Campaign, Variant
-    from aclpipe.study.campaign_plots import panels, parent
+    from aclpipe.study.campaign.plan import Campaign, Variant
+    from aclpipe.study.campaign.plots import panels, parent
 
     campaign = Campaign(
         path=Path(CAMPAIGN_PARAMS),
@@ -558,7 +559,7 @@ def test_a_claim_line_keeps_p_apart_from_the_interval_edge() -> None:
     """p 0.0255 must not print as 0.025 (the level); two seeds say how little of the seed
     variation the interval holds; an inconclusive line says how large a difference it rules
     out."""
-    from aclpipe.study.campaign_markdown import claim_line
+    from aclpipe.study.campaign.markdown import claim_line
 
     claim = {"question": "ACL beats CE+SCL on the final exit", "a": "acl", "b": "scl",
              "difference": 0.017, "low": -0.001, "high": 0.034, "p": 0.0255, "resamples": 2000,
@@ -609,7 +610,7 @@ def test_runs_scored_on_other_dev_examples_are_a_one_line_error(tmp_path: Path,
 def test_the_few_seeds_legend_shows_only_while_a_claim_rests_on_one_or_two_seeds() -> None:
     """The legend of "1 seed: examples only" / "2 seeds only" goes with those labels: none
     is printed once every tested claim has 3 seeds or more; untested claims do not count."""
-    from aclpipe.study.campaign_markdown import FEW_SEEDS_NOTE, few_seeds_note
+    from aclpipe.study.campaign.markdown import FEW_SEEDS_NOTE, few_seeds_note
 
     def claim(seeds, tested=True):
         return {"seeds": seeds} | ({"difference": 0.01} if tested else {})
@@ -625,7 +626,7 @@ def test_the_few_seeds_legend_shows_only_while_a_claim_rests_on_one_or_two_seeds
 def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
     """A claim that does not hold is shown with its interval and how many seeds it rests on;
     one that holds, an untested one and every claim of an uninformative task are left out."""
-    from aclpipe.study.campaign_overview import not_holding
+    from aclpipe.study.campaign.overview import not_holding
 
     def claim(question, verdict, seeds, holds=False, tested=True):
         c = {"question": question, "verdict": verdict, "seeds": seeds, "holds": holds}
@@ -666,7 +667,7 @@ def test_where_claims_do_not_hold_gives_interval_and_seeds() -> None:
 def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:
     """Which decided verdicts survive Holm (adjusted p at most 2.5%), each with its Monte
     Carlo error, borderline when within 3 errors of the level."""
-    from aclpipe.study.campaign_markdown import family_line
+    from aclpipe.study.campaign.markdown import family_line
 
     def claim(a, verdict, holm_p, error=0.001):
         return {"a": a, "b": "ce", "measure": "final", "verdict": verdict, "p": holm_p / 3,
@@ -695,7 +696,7 @@ def test_the_family_wise_view_names_each_verdict_with_its_adjusted_p() -> None:
 
 def test_the_majority_label_from_a_data_record_with_named_classes() -> None:
     """RTE's record names its classes; SST-2's numbers them; a tie takes the smaller index."""
-    from aclpipe.study.campaign_report import majority_label
+    from aclpipe.study.campaign.report import majority_label
 
     def record(labels):
         return {"splits": {"train": {"labels": labels}}}

@@ -39,10 +39,11 @@ from aclpipe.layout import (
 from aclpipe.stages.evaluate import evaluate
 from aclpipe.stages.finetune import finetune
 from aclpipe.stages.prepare import carve_validation, prepare
-from aclpipe.study.campaign import config_name, load_campaign
-from aclpipe.study.campaign_markdown import campaign_reports
-from aclpipe.study.campaign_runner import TUNE, commit_command, pending, pending_tuning
-from aclpipe.study.tuning import applied, summarise
+from aclpipe.study.campaign.grid import config_name
+from aclpipe.study.campaign.markdown import campaign_reports
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.runner import TUNE, commit_command, pending, pending_tuning
+from aclpipe.study.campaign.tuning import applied, summarise
 
 SST2 = get_task("sst2")
 
@@ -329,7 +330,7 @@ def write_tune_run(campaign, config: str, seed: int, right: np.ndarray, labels: 
 
 
 def test_the_pick_is_tested_against_the_runner_up(tmp_path: Path, params_dict) -> None:
-    from aclpipe.study.tuning import markdown
+    from aclpipe.study.campaign.tuning import markdown
 
     grid = [{"train.lr": [1e-3, 1e-2, 1e-1], "train.epochs": [1]}]
     campaign = load_campaign(write_spec(tmp_path, params_dict(None),
@@ -366,7 +367,7 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
 ) -> None:
     """An extended grid can pick another recipe than the one the campaign's runs use: the
     report names both and compares them, besides the runner-up."""
-    from aclpipe.study.tuning import applied, markdown
+    from aclpipe.study.campaign.tuning import applied, markdown
 
     grid = [{"train.lr": [1e-3, 1e-2, 1e-1], "train.epochs": [1]}]
     path = write_spec(tmp_path, params_dict(None), tune={"seeds": [1], "grid": grid},
@@ -386,7 +387,7 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
     text = markdown(summary)
     assert "is not the pick: the campaign's runs use `{lr: 0.1, epochs: 1}`" in text
     assert "To use the pick, set it to `{lr: 0.001, epochs: 1}`" in text
-    from aclpipe.study.campaign_overview import recipe_lines
+    from aclpipe.study.campaign.overview import recipe_lines
 
     (line,) = recipe_lines({"sst2": summary}, ["sst2"])  # reports/README.md's, same numbers
     assert "sst2 lr 0.1, epochs 1 (not the grid's pick, lr0.001_ep1, +30.00 [" in line
@@ -406,7 +407,7 @@ def test_a_pick_other_than_the_recipe_in_use_is_tested_against_it(
 
 
 def test_a_tie_on_validation_is_no_detectable_difference(tmp_path: Path, params_dict) -> None:
-    from aclpipe.study.tuning import markdown
+    from aclpipe.study.campaign.tuning import markdown
 
     grid = [{"train.lr": [1e-3, 1e-2], "train.epochs": [1]}]
     campaign = load_campaign(write_spec(tmp_path, params_dict(None),
@@ -426,7 +427,7 @@ def test_a_tie_on_validation_is_no_detectable_difference(tmp_path: Path, params_
 
 
 def test_a_grid_without_predictions_has_no_margin(tmp_path: Path, params_dict) -> None:
-    from aclpipe.study.tuning import markdown
+    from aclpipe.study.campaign.tuning import markdown
 
     grid = [{"train.lr": [1e-3, 1e-2], "train.epochs": [1]}]
     campaign = load_campaign(write_spec(tmp_path, params_dict(None),
@@ -466,7 +467,7 @@ def test_a_pick_at_the_grid_edge_is_named_and_one_seed_is_said() -> None:
     """The pick's knob at the largest or smallest value the grid tried is named; a knob the
     grid does not vary, or a middle value, is not; one tuning seed is said to separate
     nothing."""
-    from aclpipe.study.tuning import edges, markdown
+    from aclpipe.study.campaign.tuning import edges, markdown
 
     def row(config, lr, epochs):
         return {"config": config, "knobs": {"train.lr": lr, "train.epochs": epochs,
@@ -487,7 +488,7 @@ def test_a_pick_at_the_grid_edge_is_named_and_one_seed_is_said() -> None:
 
 
 def test_knobs_text_drops_the_section_and_formats_numbers_once() -> None:
-    from aclpipe.study.tuning import knobs_text
+    from aclpipe.study.campaign.tuning import knobs_text
 
     knobs = {"train.lr": 5e-5, "train.epochs": 8, "train.padding_free": True, "model.pooling": "mean"}
     assert knobs_text(knobs) == "lr 5e-05, epochs 8, padding_free True, pooling mean"

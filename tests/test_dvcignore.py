@@ -17,7 +17,7 @@ import pytest
 from paths import RELATIVE, at
 
 from aclpipe.layout import RESULTS_COST_PNG
-from aclpipe.study.campaign_markdown import campaign_reports
+from aclpipe.study.campaign.markdown import campaign_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 

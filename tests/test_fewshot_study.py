@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 from aclpipe.cli import app
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, Layout
-from aclpipe.study import wallclock
-from aclpipe.study.campaign import environment as campaign_environment
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.fewshot_report import (
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.runs import environment as campaign_environment
+from aclpipe.study.campaign.stack_check import stack
+from aclpipe.study.fewshot import wallclock
+from aclpipe.study.fewshot.report import (
     BELOW,
     ON,
     _weighted_sd,
@@ -28,9 +29,8 @@ from aclpipe.study.fewshot_report import (
     spread_claim,
     spread_ratio,
 )
-from aclpipe.study.measures import Measure
-from aclpipe.study.stack_check import stack
-from aclpipe.study.verdicts import Rules
+from aclpipe.study.stats.measures import Measure
+from aclpipe.study.stats.verdicts import Rules
 
 STUDY = {
     "tasks": ["sst2"],
@@ -64,7 +64,7 @@ def test_study_params_set_the_draw_the_recipe_and_the_seed(tmp_path, params_dict
 
 
 def test_pending_runs_go_n_by_n_then_seed_by_seed(tmp_path, params_dict) -> None:
-    from aclpipe.study.campaign_runner import pending
+    from aclpipe.study.campaign.runner import pending
 
     study = load_campaign(write_study(tmp_path, params_dict(None), tasks=["sst2", "rte"]))
     study.run_dir("sst2", "ce-n4", 1).mkdir(parents=True)  # done: not pending
@@ -155,7 +155,7 @@ def test_quantiles_are_numpys_and_reach_inf_where_they_interpolate_towards_it(se
 
 def test_a_method_is_above_on_or_below_the_majority_class() -> None:
     from aclpipe.data.tasks import get_task
-    from aclpipe.study.fewshot_markdown import _on_majority
+    from aclpipe.study.fewshot.markdown import _on_majority
 
     task = get_task("sst2")
     labels = np.array([1] * 30 + [0] * 10)  # the majority guess (1) scores 75%
@@ -397,7 +397,7 @@ def test_campaign_params_prints_an_ordinary_params_file(tmp_path, params_dict, m
     assert yaml.safe_load(result.output)["data"]["glue_dir"] == str(tmp_path.parent / "shared/glue")
 
 
-# the study's wall clock (aclpipe.study.wallclock): runs timed from their logs, merged into
+# the study's wall clock (aclpipe.study.fewshot.wallclock): runs timed from their logs, merged into
 # the ledger, summed into the union of their intervals
 T0 = 1_796_400_000  # 2026-12-04T16:00:00 UTC
 
@@ -473,7 +473,7 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
 
 
 def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, params_dict) -> None:
-    from aclpipe.study.fewshot_markdown import _wallclock
+    from aclpipe.study.fewshot.markdown import _wallclock
 
     study = load_campaign(write_study(tmp_path, params_dict(None)))
     rows = [
@@ -494,7 +494,7 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
 
 
 def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
-    from aclpipe.study.fewshot_markdown import _glance, _glance_claim
+    from aclpipe.study.fewshot.markdown import _glance, _glance_claim
 
     def claim(name, a, b, diff, verdict, holds, seeds=10, **holm):
         return {"claim": name, "a": a, "b": b, "difference": diff, "verdict": verdict,
@@ -533,7 +533,7 @@ def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
 
 
 def test_stacks_section_counts_runs_per_stack_and_says_which_lack_their_cpu() -> None:
-    from aclpipe.study.fewshot_markdown import _stacks
+    from aclpipe.study.fewshot.markdown import _stacks
 
     old = "cpu, torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"  # before run.json named it
     new = "cpu: AMD EPYC (family 25, model 17), torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"

@@ -24,7 +24,7 @@ from paths import at
 from rich.console import Console
 
 import aclpipe.stages.evaluate as evaluate_module
-import aclpipe.study.tradeoff
+import aclpipe.stages.tradeoff
 from aclpipe.config import EvaluateConfig
 from aclpipe.data.glue_sources import read_local
 from aclpipe.data.tasks import TASKS
@@ -52,8 +52,8 @@ from aclpipe.stages.evaluate import (
     score_warnings,
     timing_warnings,
 )
-from aclpipe.study.tradeoff import tradeoff
-from aclpipe.study.tradeoff_tables import ON_DEV
+from aclpipe.stages.tradeoff import tradeoff
+from aclpipe.stages.tradeoff_tables import ON_DEV
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
 # The rows of docs/bad_inputs.md checked here (linked to this file), in the table's order.
@@ -387,8 +387,8 @@ def write_result(task_dir: Path, method: str, scores: dict[int, float], majority
 
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_score_vs_time", lambda *args: None)
-    monkeypatch.setattr(aclpipe.study.tradeoff, "draw_exit_scores", lambda *args: None)
+    monkeypatch.setattr(aclpipe.stages.tradeoff, "draw_score_vs_time", lambda *args: None)
+    monkeypatch.setattr(aclpipe.stages.tradeoff, "draw_exit_scores", lambda *args: None)
 
 
 @pytest.mark.slow

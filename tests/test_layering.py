@@ -1,7 +1,9 @@
 """The architecture, checked: no import circle inside aclpipe (imports inside functions and
-type-only imports counted too), library packages below config and the stages, knobs apart from
-the training code, and the serving path (``aclpipe predict``) loading nothing of training, the
-config, the stages or the scoring libraries."""
+type-only imports counted too); three floors, the library below the pipeline (config, the
+stages, the CLI) below the studies; inside the studies, the statistics core below every study
+and each study apart from the others but for the few-shot study on the campaign; knobs apart
+from the training code; and the serving path (``aclpipe predict``) loading nothing of
+training, the config, the stages or the scoring libraries."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def test_no_import_circle() -> None:
     """Not even through an annotation: a type-only import back is the trace of two ideas in
     one module (as layerwise.py's runners and forward_to_exits once were)."""
     graph = import_graph(type_only=True)
-    assert "aclpipe.config" in graph["aclpipe.study.campaign"]  # the walk sees imports
+    assert "aclpipe.config" in graph["aclpipe.study.campaign.plan"]  # the walk sees imports
     assert "aclpipe.modeling.model" in graph["aclpipe.modeling.layer_guard"]  # the guard on top
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())
@@ -54,6 +56,59 @@ def test_no_library_package_imports_config_or_a_stage() -> None:
             assert not target.startswith(ABOVE_THE_LIBRARY), (module, target)
 
 
+def test_the_pipeline_imports_no_study() -> None:
+    """The stages (the trade-off stage among them) and the config stand below every study;
+    only the CLI's face adds the studies' commands (``aclpipe.study.cli``)."""
+    graph = import_graph(type_only=True)
+    assert "aclpipe.stages.tradeoff" in graph["aclpipe.cli"] or any(
+        "aclpipe.stages.tradeoff" in graph[m] for m in graph if m.startswith("aclpipe.cli")
+    )  # the walk sees the trade-off stage, from the CLI
+    for module in (m for m in graph if m.startswith(("aclpipe.stages", "aclpipe.config"))):
+        assert not any(t.startswith("aclpipe.study") for t in graph[module]), module
+    for module in ("aclpipe.cli", "aclpipe.cli_options"):
+        assert {t for t in graph[module] if t.startswith("aclpipe.study")} <= set(STUDY_FACES)
+
+
+# The studies' floors, bottom first: the statistics core; the gradient-angle experiment and the
+# STS study; the seeds campaign (its report summarises the angle runs); the few-shot study, a
+# campaign with N as one more axis; then the faces, the command tables (with the campaign
+# commands, which run the campaign and the few-shot study alike). An arrow goes down a floor.
+STUDY_FACES = ("aclpipe.study", "aclpipe.study.cli", "aclpipe.study.campaign.cli",
+               "aclpipe.study.campaign.commands", "aclpipe.study.sts.cli")  # fmt: skip
+STUDY_FLOORS = (
+    ("aclpipe.study.stats",),
+    ("aclpipe.study.angles", "aclpipe.study.sts"),
+    ("aclpipe.study.campaign",),
+    ("aclpipe.study.fewshot",),
+)
+
+
+def _study_floor(module: str) -> int | None:
+    if module in STUDY_FACES:
+        return len(STUDY_FLOORS)
+    for height, floor in enumerate(STUDY_FLOORS):
+        if any(module == f or module.startswith(f + ".") for f in floor):
+            return height
+    return None
+
+
+def test_the_studies_stand_on_the_statistics_core() -> None:
+    graph = import_graph(type_only=True)
+    studies = [m for m in graph if m.startswith("aclpipe.study")]
+    assert "aclpipe.study.stats.paired" in graph["aclpipe.study.fewshot.report"]  # the walk sees
+    for module in studies:
+        height = _study_floor(module)
+        assert height is not None, f"{module}: give it a floor in STUDY_FLOORS or STUDY_FACES"
+        for target in (t for t in graph[module] if t.startswith("aclpipe.study")):
+            if (
+                target == module.rsplit(".", 1)[0]
+                or target.rsplit(".", 1)[0] == module.rsplit(".", 1)[0]
+            ):
+                continue  # its own package, and the package's other modules
+            faces = height == len(STUDY_FLOORS) == _study_floor(target)  # tables add sub-apps
+            assert _study_floor(target) < height or faces, (module, target)
+
+
 def test_serving_and_offline_exits_apart() -> None:
     """``early_exit`` is what a serving box needs; export and sweeps (``exits``) stand on it,
     and ``evaluation`` (scores) sits between them, imported by neither serving module."""
@@ -73,13 +128,24 @@ def test_methods_do_not_import_the_config() -> None:
     assert "aclpipe.training.knobs" in graph["aclpipe.config"]
 
 
-def test_the_method_names_are_the_method_table() -> None:
-    """The command line lists and checks names from ``aclpipe.method_names`` (no training
-    loaded); the knobs table must hold the same methods in the same order."""
-    from aclpipe.method_names import METHOD_NAMES
-    from aclpipe.training.knobs import KNOBS
+def test_one_registry_names_every_method() -> None:
+    """``aclpipe.method_names.REGISTRY`` is the one list of methods: the knobs table and the
+    catalogue follow it, in its order, and every knobs record and builder is in it (a record or
+    builder no entry names would be a method half added)."""
+    import dataclasses
 
-    assert tuple(KNOBS) == METHOD_NAMES
+    from aclpipe.method_names import METHOD_NAMES, REGISTRY
+    from aclpipe.training import knobs, methods
+
+    assert tuple(knobs.KNOBS) == tuple(methods.METHODS) == METHOD_NAMES == tuple(REGISTRY)
+    for name, (record, builder) in REGISTRY.items():
+        assert methods.METHODS[name] == (getattr(knobs, record), getattr(methods, builder))
+    records = {
+        n for n, v in vars(knobs).items() if n.endswith("Knobs") and dataclasses.is_dataclass(v)
+    }
+    assert records == {record for record, _ in REGISTRY.values()}
+    builders = {n for n in vars(methods) if n.startswith("build_") and n != "build_method"}
+    assert builders == {builder for _, builder in REGISTRY.values()}
 
 
 @pytest.mark.slow
@@ -105,9 +171,10 @@ def test_inference_never_imports_training_or_the_stages() -> None:
 # loss_utils.py) when the torch engine loads the model; aclpipe's own modules must not.
 FORBIDDEN = ("sklearn", "datasets", "aclpipe.training", "aclpipe.config", "aclpipe.stages",
              "aclpipe.evaluation", "aclpipe.study", "aclpipe.exits")  # fmt: skip
-# The study's command table (option parsing only; its commands import the study when they run)
-# is part of the CLI every command loads.
-FACES = ("aclpipe.study", "aclpipe.study.cli")
+# The studies' command tables (option parsing only; their commands import a study when they run)
+# are part of the CLI every command loads.
+FACES = ("aclpipe.study", "aclpipe.study.cli", "aclpipe.study.campaign", "aclpipe.study.campaign.cli",
+         "aclpipe.study.sts", "aclpipe.study.sts.cli")  # fmt: skip
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 from aclpipe.data.tasks import TASKS
 from aclpipe.errors import UserError
 from aclpipe.evaluation.metrics import compute_metrics, task_score
-from aclpipe.study.measures import (
+from aclpipe.study.stats.measures import (
     FULL,
     Measure,
     RunOutputs,
@@ -24,7 +24,7 @@ from aclpipe.study.measures import (
     settings_grid,
     weighted_scores,
 )
-from aclpipe.study.paired import (
+from aclpipe.study.stats.paired import (
     check_same_examples,
     draw,
     exit_bands,

@@ -123,7 +123,7 @@ def test_phrase_family_leaves_tasks_without_phrase_rows_split_by_example(
 
 
 def test_leak_free_rows_of_a_recorded_split() -> None:
-    from aclpipe.study.leak_free import leak_free_rows
+    from aclpipe.study.campaign.leak_free import leak_free_rows
 
     train = TREE_A[:3]
     validation = [TREE_A[4], TREE_B[2], TREE_C[0], TREE_A[5]]

@@ -3,7 +3,7 @@ it fits beside the data, named on the axis where it lies far below every score."
 
 import pytest
 
-from aclpipe.study.tradeoff_plots import MAJORITY_SQUEEZE, _figure, _majority_line
+from aclpipe.stages.tradeoff_plots import MAJORITY_SQUEEZE, _figure, _majority_line
 
 
 def _axes(*spans, share=False):

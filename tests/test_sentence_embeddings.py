@@ -23,7 +23,7 @@ from aclpipe.data.sentences import sup_rows, unsup_sentences
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.modeling.batching import collate_sentences
-from aclpipe.study.sts_report import weighted_ranks, weighted_spearman
+from aclpipe.study.sts.report import weighted_ranks, weighted_spearman
 from aclpipe.training.objectives import simcse_sup_loss, simcse_unsup_loss
 
 TAU = 0.05

@@ -29,9 +29,9 @@ from aclpipe.layout import (
     STACK_CHECK_SCRIPT,
     TRAINING_LOG,
 )
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_report import write_reports
-from aclpipe.study.stack_check import (
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.report import write_reports
+from aclpipe.study.campaign.stack_check import (
     STACK_CHECK,
     compare_runs,
     load_check,

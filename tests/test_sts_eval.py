@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from scipy import stats
 
-from aclpipe.study.sts_eval import (
+from aclpipe.study.sts.embeddings import (
     POOLINGS,
     cosine_spearman,
     layer_embeddings,

@@ -17,9 +17,10 @@ import yaml
 from scipy import stats
 
 from aclpipe.errors import UserError
-from aclpipe.study import paired
-from aclpipe.study.sts_markdown import render_readme, summary_paragraph
-from aclpipe.study.sts_report import (
+from aclpipe.study.stats import paired
+from aclpipe.study.stats.verdicts import Rules
+from aclpipe.study.sts.markdown import render_readme, summary_paragraph
+from aclpipe.study.sts.report import (
     FIGURE,
     README,
     RESULTS,
@@ -28,8 +29,7 @@ from aclpipe.study.sts_report import (
     weighted_spearman,
     write_report,
 )
-from aclpipe.study.sts_study import COSINES, RUN_RECORD, Objective, StsStudy, load_study
-from aclpipe.study.verdicts import Rules
+from aclpipe.study.sts.study import COSINES, RUN_RECORD, Objective, StsStudy, load_study
 
 RULES = Rules(resamples=400)  # margin 1 point, as sts/params.yaml
 POOLINGS = ["cls", "mean", "layer-attention"]

@@ -1,4 +1,4 @@
-"""Each verdict rule on hand-made resampled differences (aclpipe.study.verdicts), against
+"""Each verdict rule on hand-made resampled differences (aclpipe.study.stats.verdicts), against
 plain counts written here; and a campaign report's verdicts from runs in a temp folder."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from aclpipe.errors import UserError
-from aclpipe.study import verdicts
-from aclpipe.study.verdicts import NON_INFERIORITY, SUPERIORITY, Rules
+from aclpipe.study.stats import verdicts
+from aclpipe.study.stats.verdicts import NON_INFERIORITY, SUPERIORITY, Rules
 
 RULES = Rules(margin=0.01, resamples=999, rule_floor=0.01)
 

@@ -34,8 +34,8 @@ echo "landed ${#landed[@]} run folders; kept $kept already here (REPLACE=1 repla
 "$PY" - "${landed[@]}" <<'PY'
 import sys
 from pathlib import Path
-from aclpipe.study.campaign import load_campaign
-from aclpipe.study.campaign_runner import commit_command
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.runner import commit_command
 campaign = load_campaign(Path("campaign/params.yaml"))
 print("record them, then rebuild the reports:")
 print(" ", commit_command(campaign, [Path(p) for p in sys.argv[1:]]))

@@ -1,6 +1,6 @@
 """The ``aclpipe`` command line: the pipeline's stages (prepare, finetune, evaluate,
-export-exits) and predict here; the study's commands (tradeoff, angles, sts-eval, campaign ...)
-in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
+export-exits, tradeoff) and predict here; the studies' commands (angles, sts-eval, campaign,
+sts) in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
 
 Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
 overrides (the same dotted keys as ``dvc exp run -S``). Without ``--task`` a stage runs every
@@ -22,6 +22,7 @@ import typer
 
 from aclpipe.cli_options import (
     LAYOUT,
+    MethodsAlias,
     ParamsOpt,
     SetOpt,
     TaskOpt,
@@ -338,7 +339,43 @@ def serve(
     ))  # fmt: skip
 
 
-app.add_typer(study_app)  # tradeoff, angles, sts-eval: the study's commands
+CompareOpt = names_option(
+    "--method",
+    "-m",
+    what="Method to compare",
+    default="Default: every method with results under reports/<task>/.",
+)
+
+
+@app.command()
+@user_errors
+def tradeoff(
+    task: TaskOpt = None,
+    method: CompareOpt = None,
+    methods: MethodsAlias = None,
+    params: ParamsOpt = Path(PARAMS),
+    set: SetOpt = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Print every engine at batch 1 and 32, the scores per exit and the notes (as "
+            "tradeoff.md), not one line per method and budget.",
+        ),
+    ] = False,
+) -> None:
+    """Speed-up at quality budgets of 0, 1, 2 and 5 points below the full ce model, and the
+    score of every exit, for each method; writes reports/<task>/tradeoff.{md,csv} and PNGs."""
+    from aclpipe.stages.tradeoff import tradeoff as run_tradeoff
+
+    p = load(params, set)
+    chosen = parse_list((method or []) + (methods or []), "--method")
+    for t in task_list(task, p):
+        run_tradeoff(t.name, LAYOUT.reports(), chosen, console=console, full=full)
+
+
+
+app.add_typer(study_app)  # angles, sts-eval: the studies' commands
 app.add_typer(campaign_app, name="campaign")
 app.add_typer(sts_app, name="sts")
 

@@ -39,6 +39,8 @@ def names_help(what: str, default: str) -> str:
     return f"{what}; repeat the option, or separate names with commas, for several. {default}"
 
 
+MethodsAlias = names_option("--methods", hidden=True)  # an earlier release's; still read
+
 TaskOpt = names_option(
     "--task",
     "-t",

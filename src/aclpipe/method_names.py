@@ -1,8 +1,9 @@
-"""The method names, in the CLI's and the reports' order, and the one check of a name.
+"""The method registry: every method's name, in the CLI's and the reports' order, with its knobs
+record and its builder, and the one check of a name.
 
-Apart from the method table (``aclpipe.training.knobs``, which holds each method's knobs
-record under these names, in this order; tests/test_layering.py checks they agree) so that
-the command line can list and check methods without loading anything of training: the
+The knobs table (``aclpipe.training.knobs.KNOBS``) and the catalogue
+(``aclpipe.training.methods.METHODS``) are built from ``REGISTRY`` when they load; this module
+imports nothing of training, so that the command line can list and check methods and the
 serving path (``aclpipe predict``) does not know training exists.
 """
 
@@ -10,18 +11,23 @@ from __future__ import annotations
 
 from aclpipe.errors import UserError
 
-METHOD_NAMES: tuple[str, ...] = (
-    "ce",
-    "scl",
-    "acl",
-    "joint",
-    "deebert",
-    "deebert-sd",
-    "romebert",
-    "acl-cl",
-    "simcse-unsup",
-    "simcse-sup",
-)
+# The method registry: every method, in the CLI's and the reports' order, with the names of its
+# knobs record (a class of aclpipe.training.knobs) and its builder (a function of
+# aclpipe.training.methods), named rather than imported so that this table loads nothing of
+# training. A new method is its loss file, its knobs record and builder, and one line here.
+REGISTRY: dict[str, tuple[str, str]] = {
+    "ce": ("NoKnobs", "build_ce"),
+    "scl": ("SclKnobs", "build_scl"),
+    "acl": ("AclKnobs", "build_acl"),
+    "joint": ("JointKnobs", "build_joint"),
+    "deebert": ("NoKnobs", "build_deebert"),
+    "deebert-sd": ("DeebertSdKnobs", "build_deebert_sd"),
+    "romebert": ("RomebertKnobs", "build_romebert"),
+    "acl-cl": ("AclClKnobs", "build_acl_cl"),
+    "simcse-unsup": ("SimcseUnsupKnobs", "build_simcse_unsup"),
+    "simcse-sup": ("SimcseSupKnobs", "build_simcse_sup"),
+}
+METHOD_NAMES: tuple[str, ...] = tuple(REGISTRY)
 
 
 def check_method(name: str, problem: str | None = None) -> str:

@@ -4,10 +4,10 @@
 ``aclpipe evaluate``) and the ce reference (``reports/<task>/ce/metrics.json``). Of the
 settings whose dev score is at least the reference's minus ``BUDGET_POINTS`` points (the
 trade-off report's 1-point budget), it keeps the one with the highest layer speed-up (ties:
-the higher score); the full model itself is a candidate (``policy: none``), so when no early
-exit setting keeps the score within the budget, the default is no early exit (also when
-not even the full model does). It goes into
-export.json as ``default_setting``.
+the higher score), by the one budget rule (``aclpipe.early_exit.budget``); the full model
+itself is a candidate (``policy: none``), so when no early exit setting keeps the score within
+the budget, the default is no early exit (also when not even the full model does). It goes
+into export.json as ``default_setting``.
 
 When the data has a validation split (``data.validation_fraction``), the selection reads the
 validation sweep (``curves.json``'s ``validation``) against ce's validation score, and dev
@@ -23,16 +23,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aclpipe.early_exit.budget import BUDGET_POINTS, cheapest_within
 from aclpipe.early_exit.policies import NO_EXIT
 
-BUDGET_POINTS = 1
+__all__ = ["BUDGET_POINTS", "FALLBACK", "POLICY_DEFAULTS", "choose_default", "fallback"]
 FALLBACK = {"policy": "entropy", "threshold": 0.3}  # the documented default without a sweep
 REGRESSION_FALLBACK = {"policy": "patience", "threshold": 2.0}  # STS-B: patience only
 # the threshold ``predict --policy P`` takes when none is given and the export's default is
 # for another policy
 POLICY_DEFAULTS = {"entropy": 0.3, "confidence": 0.9, "patience": 2.0}
-# A score equal to the budget's floor is admitted even when ``reference - b / 100`` rounds up.
-_TOLERANCE = 1e-9
 
 
 def _read(path: Path) -> dict | None:
@@ -62,16 +61,15 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
     validation = reference.get("splits", {}).get("validation")
     if curves.get("validation") and validation:
         split, reference_score, chosen_on = "validation", validation["final_score"], curves["validation"]
-    floor = round(reference_score - BUDGET_POINTS / 100, 10)
     full = chosen_on.get("full_model", {})
     candidates = [
         {"policy": NO_EXIT, "threshold": None, "score": full.get("score"), "layer_speedup": 1.0},
         *chosen_on["points"],
     ]
-    admitted = [
-        p for p in candidates if p.get("score") is not None and p["score"] >= floor - _TOLERANCE
-    ]
-    if not admitted:  # not even the full model: exit early nowhere
+    scores = [p.get("score") for p in candidates]
+    speed = [-p["layer_speedup"] for p in candidates]  # ordered as the cost: fastest first
+    picked = cheapest_within(scores, speed, reference_score, BUDGET_POINTS)
+    if picked is None:  # not even the full model: exit early nowhere
         return {
             "policy": NO_EXIT,
             "threshold": None,
@@ -79,7 +77,7 @@ def choose_default(curves_path: Path, reference_path: Path, regression: bool = F
             "reason": f"no setting, nor the full model, scores within {BUDGET_POINTS} point of "
             f"ce's {reference_score:.4f} on {split}",
         }
-    best = max(admitted, key=lambda p: (p["layer_speedup"], p["score"]))
+    best = candidates[picked]
     chosen = {
         "policy": best["policy"],
         "threshold": best["threshold"],

@@ -1,6 +1,6 @@
-"""The study built on the library: the seeds campaign (``campaign``, ``campaign_runner``
-with its backends, ``backends`` and ``ray_backend``, ``tuning``; its report ``campaign_report`` with ``campaign_markdown`` and ``campaign_plots``,
-on the run measures of ``measures`` and the paired statistics of ``paired``), speed-quality tables and plots (``tradeoff``,
-``tradeoff_plots``), the gradient-angle experiment (``angles``), zero-shot sentence
-embeddings (``sts_eval``) and the STS study (``sts_study``, ``sts_scores``; its report
-``sts_report`` with ``sts_markdown``, judged by ``verdicts``)."""
+"""The studies built on the library and the pipeline, one subpackage each, over one shared
+statistics core: ``stats`` (run measures, the paired bootstrap, verdicts and Holm's step-down),
+``campaign`` (the seeds campaign: plan, runners, tuning, report), ``fewshot`` (the few-shot
+study: a campaign with N as one more axis, and its report), ``sts`` (the STS study and
+zero-shot sentence embeddings), and ``angles`` (the gradient-angle experiment). ``cli`` is the
+studies' command table; nothing in the library or the pipeline imports a study."""

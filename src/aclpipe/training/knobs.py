@@ -4,9 +4,9 @@ This is the method table that everything else asks: the config
 (``params.yaml``'s ``methods.<name>`` sections fill these records, strictly: a knob a method
 does not read is an error), the campaign, and ``aclpipe.training.methods``, which builds
 each method's stages from its record. It imports nothing heavy (no torch), so that listing or
-checking a method name costs nothing; the names alone, and their check, are in
-``aclpipe.method_names``, which the command line reads so that ``aclpipe predict`` loads
-nothing of training. Definitions and defaults: docs/methods.md.
+checking a method name costs nothing. The registry (each method's name, in order, with its
+record's and its builder's names) and the name check are in ``aclpipe.method_names``, which
+the command line reads so that ``aclpipe predict`` loads nothing of training. Definitions and defaults: docs/methods.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from aclpipe.checks import Check, non_negative, positive, unit
 from aclpipe.errors import UserError
-from aclpipe.method_names import METHOD_NAMES, check_method
+from aclpipe.method_names import METHOD_NAMES, REGISTRY, check_method
 
 __all__ = ["KNOBS", "METHOD_NAMES", "check_method"]  # the names and their check, as before
 
@@ -131,17 +131,6 @@ class SimcseSupKnobs:
     RANGES: ClassVar[dict[str, Check]] = {"tau": positive}
 
 
-# The method table: name -> its knobs record, under aclpipe.method_names' names in its order
-# (the CLI's and the reports'; tests/test_layering.py checks the two agree).
-KNOBS: dict[str, type] = {
-    "ce": NoKnobs,
-    "scl": SclKnobs,
-    "acl": AclKnobs,
-    "joint": JointKnobs,
-    "deebert": NoKnobs,
-    "deebert-sd": DeebertSdKnobs,
-    "romebert": RomebertKnobs,
-    "acl-cl": AclClKnobs,
-    "simcse-unsup": SimcseUnsupKnobs,  # sentence embeddings (task sentences)
-    "simcse-sup": SimcseSupKnobs,  # sentence embeddings (task sentence-pairs)
-}
+# The method table: name -> its knobs record, in the registry's order (aclpipe.method_names,
+# which names each method's record; a name missing here fails at import)
+KNOBS: dict[str, type] = {name: globals()[record] for name, (record, _) in REGISTRY.items()}

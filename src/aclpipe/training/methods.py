@@ -5,8 +5,9 @@ it trains the parameter groups ``stage.trains``, computes ``stage.main`` and ``s
 the model's all-exit output, and combines their gradients with ``stage.rule`` (a value from
 ``aclpipe.training.grad_rules``). Each method's knobs are one typed record below, with one
 default per knob; params.yaml's ``methods.<name>`` section fills it (``aclpipe.config``).
-Definitions: docs/methods.md. Adding a method means adding its knobs record and builder
-to ``METHODS`` (and, for a new loss, a file in ``aclpipe.training.objectives``).
+Definitions: docs/methods.md. Adding a method means its loss (a file in
+``aclpipe.training.objectives``), its knobs record (``aclpipe.training.knobs``), its builder
+here (``build_<name>``), and one line in the registry, ``aclpipe.method_names.REGISTRY``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from aclpipe.errors import UserError
+from aclpipe.method_names import REGISTRY
 from aclpipe.training.grad_rules import (
     AclGrad,
     GradientRegularization,
@@ -235,11 +237,11 @@ def _acl_cl_aux(cfg: AclClKnobs) -> Objective:
     return loss
 
 
-def _ce(cfg: NoKnobs) -> Method:
+def build_ce(cfg: NoKnobs) -> Method:
     return Method("ce", False, (Stage(ALL, _final_ce),))
 
 
-def _scl(cfg: SclKnobs) -> Method:
+def build_scl(cfg: SclKnobs) -> Method:
     def main(x: LossInputs) -> torch.Tensor:
         return (1 - cfg.lam) * _final_ce(x)
 
@@ -251,15 +253,15 @@ def _acl_grad(cfg: AclKnobs | SclKnobs) -> GradientRule:
     return AclGrad(cfg.max_angle, cfg.grad_scope) if cfg.acl_grad else PlainSum(cfg.grad_scope)
 
 
-def _acl(cfg: AclKnobs) -> Method:
+def build_acl(cfg: AclKnobs) -> Method:
     return Method("acl", False, (Stage(ALL, _final_ce, _acl_term(cfg), _acl_grad(cfg)),))
 
 
-def _joint(cfg: JointKnobs) -> Method:
+def build_joint(cfg: JointKnobs) -> Method:
     return Method("joint", True, (Stage(ALL, _weighted_ce(cfg.weights)),))
 
 
-def _deebert(cfg: NoKnobs) -> Method:
+def build_deebert(cfg: NoKnobs) -> Method:
     return Method(
         "deebert",
         True,
@@ -267,7 +269,7 @@ def _deebert(cfg: NoKnobs) -> Method:
     )
 
 
-def _deebert_sd(cfg: DeebertSdKnobs) -> Method:
+def build_deebert_sd(cfg: DeebertSdKnobs) -> Method:
     return Method(
         "deebert-sd",
         True,
@@ -275,17 +277,17 @@ def _deebert_sd(cfg: DeebertSdKnobs) -> Method:
     )
 
 
-def _romebert(cfg: RomebertKnobs) -> Method:
+def build_romebert(cfg: RomebertKnobs) -> Method:
     rule = GradientRegularization(cfg.grad_scope) if cfg.gr else PlainSum(cfg.grad_scope)
     return Method("romebert", True, (Stage(ALL, _final_ce, _inner_sd(cfg), rule),))
 
 
-def _acl_cl(cfg: AclClKnobs) -> Method:
+def build_acl_cl(cfg: AclClKnobs) -> Method:
     stage = Stage(ALL, _weighted_ce(cfg.weights), _acl_cl_aux(cfg), _acl_grad(cfg))
     return Method("acl-cl", True, (stage,))
 
 
-def _simcse_unsup(cfg: SimcseUnsupKnobs) -> Method:
+def build_simcse_unsup(cfg: SimcseUnsupKnobs) -> Method:
     # features[-1]: [2B, D], each row's two dropout encodings consecutively (views=2)
     def loss(x: LossInputs) -> torch.Tensor:
         return simcse_unsup_loss(x.features[-1], cfg.tau)
@@ -293,7 +295,7 @@ def _simcse_unsup(cfg: SimcseUnsupKnobs) -> Method:
     return Method("simcse-unsup", False, (Stage(EMBEDDING, loss, views=2, min_rows=2),), True)
 
 
-def _simcse_sup(cfg: SimcseSupKnobs) -> Method:
+def build_simcse_sup(cfg: SimcseSupKnobs) -> Method:
     # features[-1]: [S, D], each row's anchor, positive and hard negative consecutively; a
     # sentence task's labels are each row's number of sentences (modeling.batching)
     def loss(x: LossInputs) -> torch.Tensor:
@@ -307,23 +309,11 @@ class MethodEntry(NamedTuple):
     build: Callable[[Any], Method]  # knobs -> the method
 
 
-# Each method's builder; its name and knobs record come from the table in
-# aclpipe.training.knobs (a method missing here fails at import, not at its first run).
-_BUILDERS: dict[str, Callable[[Any], Method]] = {
-    "ce": _ce,
-    "scl": _scl,
-    "acl": _acl,
-    "joint": _joint,
-    "deebert": _deebert,
-    "deebert-sd": _deebert_sd,
-    "romebert": _romebert,
-    "acl-cl": _acl_cl,
-    "simcse-unsup": _simcse_unsup,
-    "simcse-sup": _simcse_sup,
-}
 # The catalogue: every method by name, in the table's order.
+# (the registry, aclpipe.method_names.REGISTRY, names each method's builder here; a name missing
+# fails at import, not at the method's first run)
 METHODS: dict[str, MethodEntry] = {
-    name: MethodEntry(knobs, _BUILDERS[name]) for name, knobs in KNOBS.items()
+    name: MethodEntry(KNOBS[name], globals()[builder]) for name, (_, builder) in REGISTRY.items()
 }
 
 

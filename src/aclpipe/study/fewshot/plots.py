@@ -1,0 +1,130 @@
+"""The few-shot study's figures (matplotlib Agg, written atomically, as the campaign's):
+
+- ``fewshot_scores.png``: per task, the dev score (x100) against N on a log axis, one line per
+  method (the mean over draws) with a band of one sd over draws either side, and the
+  majority-class score dotted;
+- ``fewshot_spread.png``: per task, each method's sd over draws against N (S2's measure).
+
+A point over fewer draws than planned (a partial cell) is drawn hollow. One legend below the
+panels serves them all; the majority line is named on the line.
+
+One colour per method, the same in both figures and in the campaign's (``campaign_plots.colours``
+over the study's runs of the file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aclpipe.stages.tradeoff_plots import _figure, _save
+from aclpipe.study.campaign.plan import Campaign
+
+
+def _colours(campaign: Campaign) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    bases = list(dict.fromkeys(run for run, _ in campaign.fewshot_runs.values()))
+    return {run: colormaps["tab10"](i % 10) for i, run in enumerate(bases)}
+
+
+def _grid(campaign: Campaign, height: float):
+    count = len(campaign.tasks)
+    fig = _figure(4.0 * count, height)
+    return fig, [fig.add_subplot(1, count, i + 1) for i in range(count)]
+
+
+def _axis(ax, campaign: Campaign, task: str) -> None:
+    """Log N axis with a tick at every N; a task without runs says so."""
+    ax.set_xscale("log")
+    ax.set_xlim(campaign.fewshot[0] / 1.5, campaign.fewshot[-1] * 1.5)
+    ax.set_xticks(campaign.fewshot, [str(n) for n in campaign.fewshot])
+    ax.set_title(task)
+    ax.set_xlabel("training examples N")
+    if not ax.has_data():
+        ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", color="grey")
+
+
+def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dict]]:
+    points = [(c["n"], c["runs"][run]) for c in cells if c["task"] == task and run in c["runs"]]
+    return [n for n, _ in points], [e for _, e in points]
+
+
+def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: int,
+          colour, label: str) -> bool:  # fmt: skip
+    """A method's line, its points filled where every planned draw is in and hollow where
+    not; whether any point is hollow."""
+    ax.plot(sizes, values, color=colour, label=label)
+    partial = [d < planned for d in draws]
+    for hollow in (False, True):
+        chosen = [(n, v) for n, v, p in zip(sizes, values, partial) if p is hollow]
+        if chosen:
+            ax.plot(*zip(*chosen), linestyle="none", marker="o", markeredgecolor=colour,
+                    markerfacecolor="white" if hollow else colour)  # fmt: skip
+    return any(partial)
+
+
+def _legend(fig, axes, partial: bool) -> None:
+    """One legend for every panel, below them: the methods' colours are the same in each, and a
+    legend inside a panel covered its points (CoLA's, MRPC's)."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=len(handles),
+                   fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
+                   title="hollow point: fewer draws than planned" if partial else None,
+                   title_fontsize=8)  # fmt: skip
+
+
+def _majority(ax, value: float) -> None:
+    """The majority class's score, dotted, named on the line itself (its value differs per task,
+    so it stays out of the shared legend)."""
+    ax.axhline(value, color="grey", linestyle=":", linewidth=1.2)
+    ax.annotate(f"majority class {value:.1f}", (0.02, value), xycoords=("axes fraction", "data"),
+                xytext=(0, 2), textcoords="offset points", fontsize=7, color="dimgrey",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
+
+
+def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
+    """Score against N per task: mean over draws, a band of +-1 sd, the majority dotted."""
+    fig, axes = _grid(campaign, 3.6)
+    colours, planned = _colours(campaign), len(campaign.seeds)
+    anything_partial = False
+    for ax, task in zip(axes, campaign.tasks):
+        for run, colour in colours.items():
+            sizes, entries = _series(cells, task, run)
+            if not sizes:
+                continue
+            mean = [100 * e["mean"] for e in entries]
+            sd = [100 * (e["sd"] or 0.0) for e in entries]
+            draws = [e["n"] for e in entries]
+            anything_partial |= _line(ax, sizes, mean, draws, planned, colour, run)
+            ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
+                            [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
+        majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
+        if majority:
+            _majority(ax, 100 * majority[0])
+        _axis(ax, campaign, task)
+        ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
+    _legend(fig, axes, anything_partial)
+    _save(fig, path)
+
+
+def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
+    """Each method's sd over draws (x100) against N, per task."""
+    fig, axes = _grid(campaign, 3.2)
+    colours, planned = _colours(campaign), len(campaign.seeds)
+    anything_partial = False
+    for ax, task in zip(axes, campaign.tasks):
+        for run, colour in colours.items():
+            sizes, entries = _series(cells, task, run)
+            points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
+            if points:  # no sd before a second draw
+                n, sd, draws = (list(x) for x in zip(*points))
+                anything_partial |= _line(ax, n, sd, draws, planned, colour, run)
+        _axis(ax, campaign, task)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("sd of the dev score over draws (x100)")
+    _legend(fig, axes, anything_partial)
+    _save(fig, path)
