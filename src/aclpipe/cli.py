@@ -31,6 +31,7 @@ from aclpipe.cli_options import (
     err_console,
     load,
     names_help,
+    names_option,
     parse_list,
     state,
     task_list,
