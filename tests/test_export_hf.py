@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from cli_helpers import invoke
+from cli_helpers import invoke, ok
 from paths import at
 
 from aclpipe.data.tasks import get_task
@@ -27,7 +27,8 @@ from aclpipe.early_exit.torch_engine import TorchEngine
 from aclpipe.errors import UserError
 from aclpipe.exits import hf_modeling
 from aclpipe.layout import EXPORT_TOKENIZER, HF_CARD, HF_MODELING, METRICS, MODEL_CONFIG, TOKENIZER
-from aclpipe.modeling.backbone import load_encoder, load_tokenizer
+from aclpipe.method_names import METHOD_NAMES
+from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
 from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
 from aclpipe.stages.export_hf import export_hf
 
@@ -146,6 +147,8 @@ def test_modeling_file_needs_only_torch_and_transformers(tmp_path, tiny_model_di
             roots.add((node.module or "").split(".")[0])
     assert roots == {"__future__", "dataclasses", "torch", "transformers"}
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert "local_files_only" not in tokenizer_config and "is_local" not in tokenizer_config
     module = HF_MODELING.removesuffix(".py")
     assert config["auto_map"] == {
         "AutoConfig": f"{module}.AclpipeConfig",
@@ -332,3 +335,49 @@ def test_cli_one_line_errors(tmp_path: Path, monkeypatch, params_dict) -> None:
         assert result.exit_code == 2, result.output
         assert words in result.output and result.output.count("\n") == 1, result.output
         assert "Traceback" not in result.output
+
+
+CLASSIFIERS = [m for m in METHOD_NAMES if not m.startswith("simcse")]
+
+
+@pytest.mark.slow  # trains every method on the tiny model, then exports each through the CLI
+def test_every_method_trained_exported_and_loaded(tmp_path: Path, make_project, monkeypatch):
+    project = make_project(tmp_path / "project", pipeline={"tasks": ["sst2"]},
+                           model={"pooling": "cls"})  # fmt: skip
+    monkeypatch.chdir(project)
+    ok("finetune", "--task", "sst2", "--method", ",".join(CLASSIFIERS))
+    ok("export-hf", "--task", "sst2", "--method", ",".join(CLASSIFIERS))
+    for method in CLASSIFIERS:
+        model_dir = at(project).model("sst2", method)
+        expected, records = predict_reference(model_dir, SENTENCES)
+        out, model = hf_logits(at(project).hf_export("sst2", method), SENTENCES,
+                               trust_remote_code=True)  # fmt: skip
+        np.testing.assert_allclose(out.logits.numpy(), expected, atol=1e-5, rtol=0)
+        assert out.logits.argmax(-1).tolist() == [r["label"] for r in records], method
+        assert model.config.exits == load_multi_exit(model_dir).spec.exits
+
+
+@pytest.mark.slow  # trains both sentence-embedding methods, imports sentence-transformers
+@pytest.mark.parametrize("task,method", [("sentences", "simcse-unsup"),
+                                         ("sentence-pairs", "simcse-sup")])  # fmt: skip
+def test_sentence_methods_trained_exported_and_loaded(task, method, tmp_path, params_dict,
+                                                      monkeypatch):  # fmt: skip
+    st = pytest.importorskip("sentence_transformers")
+    from test_sentence_embeddings import write_glue
+
+    raw = params_dict(write_glue(tmp_path / "glue"), train={"batch_size": 4},
+                      model={"pooling": "mean"})  # fmt: skip
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    ok("prepare", "--task", task)
+    ok("finetune", "--task", task, "--method", method)
+    ok("export-hf", "--task", task, "--method", method)
+    reference = load_multi_exit(at(tmp_path).model(task, method)).eval()
+    tokenizer = load_tokenizer_from(at(tmp_path).model(task, method))
+    got = st.SentenceTransformer(str(at(tmp_path).hf_export(task, method)), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True
+    )
+    with torch.no_grad():
+        expected = torch.stack([reference(**tokenizer([t], return_tensors="pt")).features[-1, 0]
+                                for t in SENTENCES])  # fmt: skip
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)

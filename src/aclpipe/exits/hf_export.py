@@ -42,6 +42,7 @@ from aclpipe.modeling.model import MultiExitModel
 
 PLAIN_FAMILIES = ("bert",)  # encoders whose ForSequenceClassification head is pooler + linear
 SAFETENSORS_METADATA = {"format": "pt"}  # transformers reads a file's framework from it
+LOADING_FLAGS = ("is_local", "local_files_only", "_commit_hash")  # how it was read, not what it is
 
 
 def _check_setting(setting: dict, model: MultiExitModel) -> dict:
@@ -157,12 +158,24 @@ def write_hf_folder(
         config, tensors = multi_exit_config(model, task, setting), model.state_dict()
     with atomic.atomic_dir(out_dir) as tmp:
         _save_weights(tensors, tmp / WEIGHTS)
-        tokenizer.save_pretrained(str(tmp))
+        save_tokenizer(tokenizer, tmp)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if not plain:
             (tmp / HF_MODELING).write_text(inspect.getsource(hf_modeling), encoding="utf-8")
         (tmp / HF_CARD).write_text(card, encoding="utf-8")
     return config
+
+
+def save_tokenizer(tokenizer, folder: Path) -> None:
+    """The tokenizer files, without the loading flags transformers 5 writes into
+    tokenizer_config.json (``local_files_only`` would follow the folder to the Hub)."""
+    tokenizer.save_pretrained(str(folder))
+    path = folder / "tokenizer_config.json"
+    if path.exists():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        for key in LOADING_FLAGS:
+            config.pop(key, None)
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def _module(idx: int, path: str, kind: str) -> dict:
@@ -205,7 +218,7 @@ def write_sentence_transformers(
     }
     with atomic.atomic_dir(out_dir) as tmp:
         _save_weights(encoder, tmp / WEIGHTS)
-        tokenizer.save_pretrained(str(tmp))
+        save_tokenizer(tokenizer, tmp)
         _json(tmp / "config.json", config)
         _json(tmp / "sentence_bert_config.json", {"max_seq_length": max_length,
                                                   "do_lower_case": False})  # fmt: skip
