@@ -27,8 +27,10 @@ answers beside its speed, every engine on ``--threads`` intra-op threads:
    serve_load.py's open-loop Poisson generator at rising rates (``--rates``; a step's length is
    ``--seconds``) until it saturates; the highest rate held (p99 <= 50 ms, no errors, every
    lower rate held too). ``aclpipe serve`` is also driven by ``wrk`` (closed loop,
-   ``--wrk-connections``), and the generator, offering 1.25x wrk's rate, must answer within
-   10% of wrk's requests/s: the generator is not the bottleneck.
+   ``--wrk-connections``), and the generator, offering wrk's rate open loop, must answer
+   within 10% of wrk's requests/s: at that one rate both drive the server alike and the
+   generator is not the bottleneck. (Offered above saturation, an open loop overflows the
+   server's queue and measures overload instead: 0.69x wrk's rate at 1.25x in a first run.)
 
 Targets: aclpipe int8 >= 2x Optimum int8 at batch 1 and >= 3x at batch 32, its accuracy within
 1 point; ``aclpipe serve`` holds >= 5x infinity's highest rate at p99 <= 50 ms.
@@ -385,13 +387,13 @@ def servers(args, export: Path, plain: Path, pythons: dict, texts: list[str], go
         steps = ladder(server.port, "/predict", body, lambda a: a["label"], rates,
                        args.seconds, texts, gold, "aclpipe-serve")  # fmt: skip
         check = wrk(server.port, texts, args.wrk_connections, args.seconds, work)
-        offered = round(1.25 * check["requests_per_s"], 1)
+        offered = round(check["requests_per_s"], 1)
         step = asyncio.run(offer(server.port, "/predict", body, lambda a: a["label"], offered,
                                  args.seconds, texts, gold, 99, 5.0))  # fmt: skip
         ratio = step["throughput_per_s"] / check["requests_per_s"]
         out["aclpipe-serve"] = {"command": "aclpipe serve --precision int8 --threads "
                                 f"{args.threads}", "steps": steps}  # fmt: skip
-        out["wrk_agreement"] = {"wrk": check, "generator_at_1.25x_wrk": step,
+        out["wrk_agreement"] = {"wrk": check, "generator_at_wrk_rate": step,
                                 "generator_over_wrk": round(ratio, 3),
                                 "within_10_percent": abs(ratio - 1) <= 0.10}  # fmt: skip
     finally:
@@ -494,7 +496,7 @@ def render(result: dict) -> str:
         if agree:
             lines += ["", f"wrk ({agree['wrk']['connections']} connections): "
                       f"{agree['wrk']['requests_per_s']:g} requests/s; the open-loop generator "
-                      f"offering 1.25x that answered {agree['generator_over_wrk']:.2f}x wrk's rate "
+                      f"offering that rate answered {agree['generator_over_wrk']:.2f}x it "
                       f"(within 10%: {agree['within_10_percent']})."]  # fmt: skip
     lines += ["", "| target | goal | measured | met |", "| --- | --- | --- | --- |"]
     for t in result["targets"]:
