@@ -29,8 +29,8 @@ answers beside its speed, every engine on ``--threads`` intra-op threads:
    lower rate held too). ``aclpipe serve`` is also driven by ``wrk`` (closed loop,
    ``--wrk-connections``), and the generator, offering wrk's rate open loop, must answer
    within 10% of wrk's requests/s: at that one rate both drive the server alike and the
-   generator is not the bottleneck. (Offered above saturation, an open loop overflows the
-   server's queue and measures overload instead: 0.69x wrk's rate at 1.25x in a first run.)
+   generator is not the bottleneck (offered above saturation, an open loop overflows the
+   server's queue and measures overload instead).
 
 Targets: aclpipe int8 >= 2x Optimum int8 at batch 1 and >= 3x at batch 32, its accuracy within
 1 point; ``aclpipe serve`` holds >= 5x infinity's highest rate at p99 <= 50 ms.
