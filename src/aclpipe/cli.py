@@ -1,6 +1,6 @@
 """The ``aclpipe`` command line: the pipeline's stages (prepare, finetune, evaluate,
-export-exits, tradeoff) and predict here; the studies' commands (angles, sts-eval, campaign,
-sts) in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
+export-exits, export-hf, tradeoff) and predict here; the studies' commands (angles, sts-eval,
+campaign, sts) in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
 
 Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
 overrides (the same dotted keys as ``dvc exp run -S``). Without ``--task`` a stage runs every
@@ -183,6 +183,48 @@ def export_exits(
     for t, m in task_methods(task, method, p):
         out = run_export(t, m, p, LAYOUT, opset, int8, console)
         console.print(f"exported {out}", highlight=False)
+
+
+@app.command("export-hf")
+@user_errors
+def export_hf(
+    task: TaskOpt = None,
+    method: MethodOpt = None,
+    params: ParamsOpt = Path(PARAMS),
+    set: SetOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder to write (one task and method); default models/<task>/<method>/hf.",
+        ),
+    ] = None,
+    plain: Annotated[
+        bool,
+        typer.Option(
+            "--plain",
+            help="Write a stock BertForSequenceClassification folder (no remote code; for "
+            "older transformers): single-exit models of a BERT encoder with cls pooling only.",
+        ),
+    ] = False,
+    license: Annotated[
+        str | None,
+        typer.Option("--license", help="The model card's license (default: the base model's)."),
+    ] = None,
+) -> None:
+    """Write a folder transformers loads (sentence-transformers for simcse-*), with a model card."""
+    from aclpipe.errors import UserError
+    from aclpipe.stages.export_hf import export_hf as run_export_hf
+
+    p = load(params, set)
+    pairs = task_methods(task, method, p)
+    if out is not None and len(pairs) > 1:
+        raise UserError(f"--out names one folder but {len(pairs)} task/method pairs were chosen: "
+                        "give one --task and one --method")  # fmt: skip
+    for t, m in pairs:
+        folder = run_export_hf(t, m, p, LAYOUT, out, plain, license)
+        console.print(f"wrote {folder}", highlight=False)
 
 
 @app.command()

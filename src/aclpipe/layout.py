@@ -8,6 +8,7 @@ repository root for the default pipeline, ``campaign/`` for the seeds campaign):
     models/<task>/<method>/                                    finetune (weights, config, tokenizer, dvclive/)
     models/<task>/.<method>.checkpoint/                        finetune, while it runs
     models/<task>/<method>/export/                             export-exits
+    models/<task>/<method>/hf/                                 export-hf (transformers or sentence-transformers)
     reports/<task>/<method>/{metrics,curves}.json, curves.csv, predictions.npz   evaluate
     reports/<task>/{tradeoff.md,...}                           tradeoff
     reports/<task>/angles/                                     angles
@@ -71,6 +72,11 @@ EXPORT_TOKENIZER = "tokenizer.json"  # the fast tokenizer file, beside export.js
 EMBEDDINGS_ONNX = "embeddings.onnx"  # the first ONNX segment; the others are segment_file(end)
 INT8_SUFFIX = ".int8.onnx"  # quantize: segment_3.onnx -> segment_3.int8.onnx
 
+# export-hf: a folder transformers (or sentence-transformers) loads
+HF_EXPORT = "hf"
+HF_MODELING = "modeling_aclpipe.py"  # the model's code inside it, named by config.json's auto_map
+HF_CARD = "README.md"  # its model card (the Hub reads the YAML front matter)
+
 # evaluate
 METRICS = "metrics.json"
 PREDICTIONS = "predictions.npz"  # every exit's logits on every scored split, per example
@@ -133,6 +139,9 @@ class Layout:
 
     def export(self, task: str, method: str) -> Path:
         return self.model(task, method) / EXPORT
+
+    def hf_export(self, task: str, method: str) -> Path:
+        return self.model(task, method) / HF_EXPORT
 
     def reports(self, task: str | None = None) -> Path:
         return self.root / REPORTS if task is None else self.root / REPORTS / task

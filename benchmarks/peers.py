@@ -1,0 +1,616 @@
+"""The races published: `aclpipe predict` and `aclpipe serve` against their peers, one run.
+
+The same trained model (a single-exit ce model on SST-2, pooled by [CLS]) runs everywhere:
+aclpipe reads its ``export-exits --int8`` folder; the peers read the stock
+``BertForSequenceClassification`` folder ``aclpipe export-hf --plain`` writes of it (the
+remote-code folder loads in Optimum's transformers 4.55 too, but Optimum's ONNX exporter knows
+only the architectures it registers). Each peer runs in its
+own virtual environment, built here from the pinned files beside this script
+(``benchmarks/peers/<peer>.txt``) under ``--cache`` (never in the repository) and reused while
+its requirements are unchanged:
+
+- ``optimum``: optimum-onnx's ONNX export and dynamic int8 quantization, run through
+  ``ORTModelForSequenceClassification`` as its documentation shows (peers/optimum_worker.py);
+- ``infinity``: infinity-emb's server, ``/classify``, its torch engine;
+- ``naive``: FastAPI + ``transformers.pipeline``, one request, one call (peers/naive_server.py).
+
+Races, each on the SST-2 dev sentences, with the dev accuracy of every contender's own
+answers beside its speed, every engine on ``--threads`` intra-op threads:
+
+1. in process, batch 1 and 32: aclpipe's ``Predictor`` (fp32 and int8, the whole predict
+   path) against Optimum fp32 and int8 (tokenize, pad, run), interleaved block by block over
+   ``--rounds`` rounds (a slow moment of the shared machine falls on all alike); the median
+   over rounds of sentences/s;
+2. whole process, batch 32: ``aclpipe predict`` against a process that loads Optimum's model
+   and labels the same file (``--copies`` copies of dev), wall seconds, alternating;
+3. servers: ``aclpipe serve --precision int8``, infinity and the naive server, each driven by
+   serve_load.py's open-loop Poisson generator at rising rates (``--rates``; a step's length is
+   ``--seconds``) until it saturates; the highest rate held (p99 <= 50 ms, no errors, every
+   lower rate held too). ``aclpipe serve`` is also driven by ``wrk`` (closed loop,
+   ``--wrk-connections``), and the generator, offering wrk's rate open loop, must answer
+   within 10% of wrk's requests/s: at that one rate both drive the server alike and the
+   generator is not the bottleneck (offered above saturation, an open loop overflows the
+   server's queue and measures overload instead).
+
+Targets: aclpipe int8 >= 2x Optimum int8 at batch 1 and >= 3x at batch 32, its accuracy within
+1 point; ``aclpipe serve`` holds >= 5x infinity's highest rate at p99 <= 50 ms.
+Traffic goes to 127.0.0.1 only; every step and wait is bounded, and every server is stopped.
+
+Usage (from a project root holding a trained ``models/sst2/ce``, e.g. after
+``aclpipe prepare/finetune --task sst2 --method ce --set model.pooling=cls``; downloads the
+peers' packages on the first run)::
+
+    python benchmarks/peers.py [--project .] [--glue-dir ../shared/glue] [--threads 1]
+        [--cache ~/.cache/aclpipe/peers] [--out benchmarks/results/peers.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from serve_load import Client, Server, arrivals, held_from_the_bottom  # noqa: E402
+from threads import machine  # noqa: E402
+
+from aclpipe.atomic import write_text  # noqa: E402
+
+PEERS = HERE / "peers"
+RATES = "5,10,15,20,30,40,60,80,120,160,240,320,480,640,960"
+SERVER_START_S = 300  # longest wait for a server to answer its health check
+
+
+def sh(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=True, text=True, capture_output=True, **kwargs)
+
+
+def venv(cache: Path, name: str) -> Path:
+    """The python of peer ``name``'s virtual environment, built from peers/<name>.txt when its
+    stamp (the requirements' hash) differs."""
+    requirements = PEERS / f"{name}.txt"
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    folder = cache / name
+    stamp = folder / "requirements.sha256"
+    python = folder / "bin" / "python"
+    if not (stamp.exists() and stamp.read_text().strip() == digest and python.exists()):
+        print(f"building the {name} environment in {folder} ...", file=sys.stderr, flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        sh([sys.executable, "-m", "venv", str(folder)])
+        sh([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], timeout=3600)
+        stamp.write_text(digest + "\n")
+    return python
+
+
+def versions(python: Path, names: tuple[str, ...]) -> dict:
+    code = ("import json, sys\nfrom importlib.metadata import version\n"
+            "print(json.dumps({n: version(n) for n in sys.argv[1:]}))")  # fmt: skip
+    return json.loads(sh([str(python), "-c", code, *names]).stdout)
+
+
+def sst2_dev(glue_dir: Path) -> tuple[list[str], list[int]]:
+    lines = (glue_dir / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    rows = [line.split("\t") for line in lines]
+    return [r[0] for r in rows], [int(r[1]) for r in rows]
+
+
+def accuracy(labels: list[int], gold: list[int]) -> float:
+    return round(sum(a == b for a, b in zip(labels, gold)) / len(gold), 4)
+
+
+def aclpipe(*args: str, cwd: Path) -> str:
+    return sh([sys.executable, "-m", "aclpipe.cli", *args], cwd=cwd).stdout
+
+
+# -- 1. in process ---------------------------------------------------------------------------
+
+
+class OptimumWorker:
+    """Optimum's models, loaded once in their own environment, labelling on request."""
+
+    def __init__(self, python: Path, onnx: Path, threads: int) -> None:
+        command = [str(python), str(PEERS / "optimum_worker.py"), "serve", str(onnx),
+                   "--threads", str(threads)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)  # fmt: skip
+        if json.loads(self.proc.stdout.readline()).get("ready") is not True:
+            raise SystemExit("Optimum's worker did not start")
+
+    def __call__(self, variant: str, batch: int, texts: list[str]) -> tuple[float, list[int]]:
+        ask = {"variant": variant, "batch": batch, "texts": texts}
+        self.proc.stdin.write(json.dumps(ask) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        return answer["seconds"], answer["labels"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def aclpipe_contender(export: Path, precision: str, batch: int, threads: int):
+    from aclpipe.early_exit.predict import Predictor
+
+    predictor = Predictor(export, policy="none", engine="onnx", batch_size=batch,
+                          threads=threads, precision=precision)  # fmt: skip
+
+    def run(texts: list[str]) -> tuple[float, list[int]]:
+        began = time.perf_counter()
+        labels = [r["label"] for r in predictor.records(texts)]
+        return time.perf_counter() - began, labels
+
+    return run
+
+
+def in_process(export: Path, worker: OptimumWorker, texts: list[str], gold: list[int],
+               threads: int, rounds: int, blocks: int) -> dict:  # fmt: skip
+    results: dict = {}
+    for batch in (1, 32):
+        contenders = {}
+        for precision in ("fp32", "int8"):
+            contenders[f"aclpipe-{precision}"] = aclpipe_contender(
+                export, precision, batch, threads
+            )
+            contenders[f"optimum-{precision}"] = (
+                lambda t, v=precision, b=batch: worker(v, b, t)
+            )  # fmt: skip
+        for run in contenders.values():  # warm-up
+            run(texts[:32])
+        size = -(-len(texts) // blocks)
+        slices = [texts[i : i + size] for i in range(0, len(texts), size)]
+        rates: dict[str, list[float]] = {name: [] for name in contenders}
+        labels: dict[str, list[int]] = {}
+        names = list(contenders)
+        for r in range(rounds):
+            seconds = dict.fromkeys(names, 0.0)
+            got: dict[str, list[int]] = {name: [] for name in names}
+            for piece in slices:
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order:
+                    took, answer = contenders[name](piece)
+                    seconds[name] += took
+                    got[name] += answer
+            for name in names:
+                rates[name].append(len(texts) / seconds[name])
+                labels.setdefault(name, got[name])
+            print(f"batch {batch} round {r + 1}: "
+                  + ", ".join(f"{n} {rates[n][-1]:.0f}/s" for n in names), file=sys.stderr,
+                  flush=True)  # fmt: skip
+        results[f"batch_{batch}"] = {
+            name: {"sentences_per_s": round(statistics.median(rates[name]), 1),
+                   "rounds_per_s": [round(x, 1) for x in rates[name]],
+                   "accuracy": accuracy(labels[name], gold)}
+            for name in names
+        }  # fmt: skip
+    return results
+
+
+# -- 2. whole process ------------------------------------------------------------------------
+
+
+def whole_process(export: Path, optimum: Path, onnx: Path, texts: list[str], gold: list[int],
+                  copies: int, threads: int, repeats: int, work: Path) -> dict:  # fmt: skip
+    source = work / "sentences.txt"
+    source.write_text("".join(t + "\n" for t in texts * copies), encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    out: dict = {"sentences": len(texts) * copies, "batch": 32}
+    for precision in ("fp32", "int8"):
+        commands = {
+            f"aclpipe-{precision}": [sys.executable, "-m", "aclpipe.cli", "predict", "--model",
+                                     str(export), "-i", str(source), "--batch-size", "32",
+                                     "--threads", str(threads), "--precision", precision],
+            f"optimum-{precision}": [str(optimum), str(PEERS / "optimum_worker.py"), "once",
+                                     str(onnx), precision, str(source), "32",
+                                     "--threads", str(threads)],
+        }  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(repeats):
+            for name, command in commands.items():
+                began = time.perf_counter()
+                done = subprocess.run(command, check=True, capture_output=True, text=True,
+                                      env=env, timeout=600)  # fmt: skip
+                times[name].append(time.perf_counter() - began)
+                labels = [json.loads(line)["label"] for line in done.stdout.splitlines()]
+                out.setdefault(name, {})["accuracy"] = accuracy(labels[: len(gold)], gold)
+        for name in commands:
+            out[name].update(wall_s=round(statistics.median(times[name]), 2),
+                             runs_s=[round(t, 2) for t in times[name]])  # fmt: skip
+    return out
+
+
+# -- 3. servers ------------------------------------------------------------------------------
+
+
+class PeerClient(Client):
+    """serve_load's keep-alive client, to any path, keeping each answer's body."""
+
+    def __init__(self, port: int, path: str) -> None:
+        super().__init__(port)
+        self.path = path
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        reader, writer = await self._connection()
+        head = (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        writer.write(head + body)
+        header = await reader.readuntil(b"\r\n\r\n")
+        status = int(header.split(b" ", 2)[1])
+        length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
+        answer = await reader.readexactly(length)
+        if re.search(rb"(?i)connection: *close", header):
+            writer.close()
+        else:
+            self.idle.append((reader, writer, time.monotonic()))
+        return status, answer
+
+
+async def offer(port: int, path: str, body, label, rate: float, seconds: float,
+                texts: list[str], gold: list[int], seed: int, timeout: float) -> dict:  # fmt: skip
+    """serve_load.offer's open-loop step, to ``path``, scoring each answer's label."""
+    times = arrivals(rate, seconds, seed)
+    client, loop = PeerClient(port, path), asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    latencies: list[float] = []
+    right, errors = 0, 0
+
+    async def one(i: int, at: float) -> None:
+        nonlocal right, errors
+        await asyncio.sleep(max(0.0, start + at - loop.time()))
+        try:
+            status, answer = await asyncio.wait_for(
+                client.post(body(texts[i % len(texts)])), timeout
+            )
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
+            errors += 1
+            return
+        if status != 200:
+            errors += 1
+            return
+        latencies.append(loop.time() - start - at)
+        right += label(json.loads(answer)) == gold[i % len(gold)]
+
+    await asyncio.gather(*(one(i, at) for i, at in enumerate(times)))
+    took = loop.time() - start
+    client.close()
+    ranked = sorted(latencies)
+
+    def pct(q: float) -> float | None:
+        return round(ranked[min(len(ranked) - 1, int(q * len(ranked)))], 5) if ranked else None
+
+    return {"offered_per_s": rate, "requests": len(times), "answered": len(latencies),
+            "errors": errors, "throughput_per_s": round(len(latencies) / took, 2),
+            "p50_s": pct(0.5), "p99_s": pct(0.99),
+            "accuracy": round(right / len(latencies), 4) if latencies else None}  # fmt: skip
+
+
+def ladder(port: int, path: str, body, label, rates: list[float], seconds: float,
+           texts: list[str], gold: list[int], name: str) -> list[dict]:  # fmt: skip
+    asyncio.run(offer(port, path, body, label, 5.0, 3.0, texts, gold, 1000, 30.0))  # warm-up
+    steps = []
+    for i, rate in enumerate(rates):
+        step = asyncio.run(offer(port, path, body, label, rate, seconds, texts, gold, i, 5.0))
+        print(f"{name} {rate:g}/s: {json.dumps(step)}", file=sys.stderr, flush=True)
+        steps.append(step)
+        if step["errors"] > 0.05 * step["requests"] or (step["p99_s"] or 0) > 1.0:
+            break  # past saturation
+    return steps
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PeerServer:
+    """A peer's server process on 127.0.0.1, up once ``health`` answers 200."""
+
+    def __init__(self, command: list[str], port: int, health: str, threads: int) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
+               "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}  # fmt: skip
+        self.port, self.log = port, tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(command, env=env, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{health}", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(1)
+        self.stop()
+        self.log.seek(0)
+        raise SystemExit(f"{command[0]} did not start: {self.log.read()[-2000:].decode()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def wrk(port: int, texts: list[str], connections: int, seconds: float, work: Path) -> dict:
+    bodies = ",\n".join(f"[==[{json.dumps({'text': t})}]==]" for t in texts)
+    script = work / "predict.lua"
+    script.write_text(
+        f"local bodies = {{\n{bodies}\n}}\nlocal i = 0\n"
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        "request = function()\n  i = i % #bodies + 1\n"
+        "  return wrk.format(nil, nil, nil, bodies[i])\nend\n",
+        encoding="utf-8",
+    )
+    done = sh(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s",
+               str(script), f"http://127.0.0.1:{port}/predict"], timeout=seconds + 60)  # fmt: skip
+    text = done.stdout
+    rate = float(re.search(r"Requests/sec:\s*([\d.]+)", text).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", text)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", text)
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+    return {"connections": connections, "seconds": seconds, "requests_per_s": rate,
+            "non_2xx": int(errors.group(1)) if errors else 0,
+            "p99_s": round(float(p99.group(1)) * scale[p99.group(2)], 5) if p99 else None}  # fmt: skip
+
+
+def wrk_version() -> str:
+    done = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
+    return (done.stdout + done.stderr).split("\n")[0].strip()
+
+
+def servers(args, export: Path, plain: Path, pythons: dict, texts: list[str], gold: list[int],
+            work: Path) -> dict:  # fmt: skip
+    rates = [float(r) for r in args.rates.split(",")]
+    out: dict = {}
+    # aclpipe serve: the project's server on the int8 export
+    server = Server(export, ["--threads", str(args.threads), "--precision", "int8"])
+    try:
+        body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
+        steps = ladder(server.port, "/predict", body, lambda a: a["label"], rates,
+                       args.seconds, texts, gold, "aclpipe-serve")  # fmt: skip
+        check = wrk(server.port, texts, args.wrk_connections, args.seconds, work)
+        offered = round(check["requests_per_s"], 1)
+        step = asyncio.run(offer(server.port, "/predict", body, lambda a: a["label"], offered,
+                                 args.seconds, texts, gold, 99, 5.0))  # fmt: skip
+        ratio = step["throughput_per_s"] / check["requests_per_s"]
+        out["aclpipe-serve"] = {"command": "aclpipe serve --precision int8 --threads "
+                                f"{args.threads}", "steps": steps}  # fmt: skip
+        out["wrk_agreement"] = {"wrk": check, "generator_at_wrk_rate": step,
+                                "generator_over_wrk": round(ratio, 3),
+                                "within_10_percent": abs(ratio - 1) <= 0.10}  # fmt: skip
+    finally:
+        server.stop()
+    # infinity: /classify on its torch engine
+    port = free_port()
+    infinity = pythons["infinity"].parent / "infinity_emb"
+    command = [str(infinity), "v2", "--model-id", str(plain), "--served-model-name", "ce",
+               "--engine", "torch", "--device", "cpu", "--port", str(port), "--host",
+               "127.0.0.1", "--no-model-warmup", "--log-level", "warning"]  # fmt: skip
+    server = PeerServer(command, port, "/health", args.threads)
+    try:
+        body = lambda t: json.dumps({"model": "ce", "input": [t]}).encode()  # noqa: E731
+        label = lambda a: int(max(a["data"][0], key=lambda x: x["score"])["label"])  # noqa: E731
+        steps = ladder(port, "/classify", body, label, rates, args.seconds, texts, gold,
+                       "infinity")  # fmt: skip
+        out["infinity"] = {"command": "infinity_emb v2 --engine torch --device cpu",
+                           "steps": steps}  # fmt: skip
+    finally:
+        server.stop()
+    # naive: FastAPI + transformers.pipeline
+    port = free_port()
+    command = [str(pythons["naive"]), str(PEERS / "naive_server.py"), str(plain), str(port),
+               str(args.threads)]  # fmt: skip
+    server = PeerServer(command, port, "/healthz", args.threads)
+    try:
+        body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
+        steps = ladder(port, "/predict", body, lambda a: int(a["label"]), rates, args.seconds,
+                       texts, gold, "naive")  # fmt: skip
+        out["naive-fastapi"] = {"command": "uvicorn + FastAPI + transformers.pipeline",
+                                "steps": steps}  # fmt: skip
+    finally:
+        server.stop()
+    return out
+
+
+def held(steps: list[dict]) -> float:
+    """serve_load's figure: the highest rate held (p99 <= 50 ms, no errors) from the bottom."""
+    return held_from_the_bottom(steps)
+
+
+def targets(inproc: dict, serving: dict) -> list[dict]:
+    out = []
+    for batch, goal in (("batch_1", 2.0), ("batch_32", 3.0)):
+        ours, theirs = inproc[batch]["aclpipe-int8"], inproc[batch]["optimum-int8"]
+        ratio = ours["sentences_per_s"] / theirs["sentences_per_s"]
+        points = (ours["accuracy"] - theirs["accuracy"]) * 100
+        out.append({"target": f"aclpipe int8 / Optimum int8, in process, {batch}", "goal": goal,
+                    "value": round(ratio, 2), "accuracy_points": round(points, 2),
+                    "met": ratio >= goal and points >= -1.0})  # fmt: skip
+    if serving:
+        ours, theirs = held(serving["aclpipe-serve"]["steps"]), held(serving["infinity"]["steps"])
+        ratio = ours / theirs if theirs else None
+        out.append({"target": "aclpipe serve / infinity, highest rate held at p99 <= 50 ms",
+                    "goal": 5.0, "value": round(ratio, 2) if ratio else None,
+                    "aclpipe_per_s": ours, "infinity_per_s": theirs,
+                    "met": ratio is not None and ratio >= 5.0})  # fmt: skip
+    return out
+
+
+def fmt_rate(entry: dict) -> str:
+    return f"{entry['sentences_per_s']:,.0f}/s ({entry['accuracy'] * 100:.1f})"
+
+
+def render(result: dict) -> str:
+    """The Markdown tables docs/benchmarks-peers.md shows between its markers."""
+    inproc, process, serving = result["in_process"], result["whole_process"], result["servers"]
+    peers = result["peers"]
+    lines = [
+        f"Run of {result['date']} on {result['machine'].get('cpu', '?')} "
+        f"({result['machine'].get('cores')} cores; 1-minute load average "
+        f"{result['load_average_1min']['before']} before, {result['load_average_1min']['after']} "
+        f"after), {result['threads']} intra-op thread(s) per engine, {result['sentences']} "
+        "SST-2 dev sentences; accuracy on dev in brackets.",
+        "",
+        "| in process | batch 1 | batch 32 |",
+        "| --- | --- | --- |",
+    ]
+    for name in inproc["batch_1"]:
+        lines.append(f"| {name} | {fmt_rate(inproc['batch_1'][name])} | "
+                     f"{fmt_rate(inproc['batch_32'][name])} |")  # fmt: skip
+    lines += ["", f"| whole process, {process['sentences']:,} sentences, batch 32 | wall s | "
+              "accuracy |", "| --- | --- | --- |"]  # fmt: skip
+    for name, entry in process.items():
+        if isinstance(entry, dict):
+            lines.append(f"| {name} | {entry['wall_s']} | {entry['accuracy'] * 100:.1f} |")
+    if serving:
+        lines += ["", "| server | highest rate held, p99 <= 50 ms | saturation | accuracy of "
+                  "its answers |",
+                  "| --- | --- | --- | --- |"]  # fmt: skip
+        for name, entry in serving.items():
+            if "steps" not in entry:
+                continue
+            answered = [s for s in entry["steps"] if s["accuracy"] is not None]
+            count = sum(s["answered"] for s in answered)
+            acc = sum(s["accuracy"] * s["answered"] for s in answered) / max(1, count) * 100
+            lines.append(f"| {name} | {entry['held_up_to_p99_50ms']:g}/s | "
+                         f"{entry['saturation_per_s']:g}/s | {acc:.1f} |")  # fmt: skip
+        agree = serving.get("wrk_agreement")
+        if agree:
+            lines += ["", f"wrk ({agree['wrk']['connections']} connections): "
+                      f"{agree['wrk']['requests_per_s']:g} requests/s; the open-loop generator "
+                      f"offering that rate answered {agree['generator_over_wrk']:.2f}x it "
+                      f"(within 10%: {agree['within_10_percent']})."]  # fmt: skip
+    lines += ["", "| target | goal | measured | met |", "| --- | --- | --- | --- |"]
+    for t in result["targets"]:
+        value = "-" if t["value"] is None else f"{t['value']:g}x"
+        met = "yes" if t["met"] else "no"
+        lines.append(f"| {t['target']} | >= {t['goal']:g}x | {value} | {met} |")
+    lines += ["", "Versions: " + "; ".join(
+        f"{name} {', '.join(f'{k} {v}' for k, v in entry.items())}" if isinstance(entry, dict)
+        else f"{name} {entry}" for name, entry in peers.items())]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(path: Path, table: str) -> None:
+    """Replace the text between the markers of ``path`` with ``table``."""
+    text = path.read_text(encoding="utf-8")
+    begin, end = "<!-- peers:begin -->\n", "<!-- peers:end -->"
+    head, rest = text.split(begin, 1)
+    write_text(path, head + begin + table + end + rest.split(end, 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--project", type=Path, default=Path("."))
+    parser.add_argument("--method", default="ce")
+    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
+    parser.add_argument("--cache", type=Path,
+                        default=Path(os.environ.get("ACLPIPE_PEERS_CACHE",
+                                                    "~/.cache/aclpipe/peers")).expanduser())  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--copies", type=int, default=5, help="copies of dev, whole process")
+    parser.add_argument("--repeats", type=int, default=2, help="whole-process runs of each")
+    parser.add_argument("--rates", default=RATES)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--wrk-connections", type=int, default=16)
+    parser.add_argument("--skip-servers", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers.json"))
+    parser.add_argument(
+        "--doc",
+        type=Path,
+        default=Path("docs/benchmarks-peers.md"),
+        help="the page whose table (between its markers) is rewritten",
+    )
+    args = parser.parse_args()
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    project, out = args.project.resolve(), args.out.resolve()
+    texts, gold = sst2_dev(args.glue_dir.resolve())
+    pythons = {name: venv(args.cache, name) for name in ("optimum", "infinity", "naive")}
+    work = args.cache / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    export = project / "models" / "sst2" / args.method / "export"
+    record = json.loads((export / "export.json").read_text()) if export.exists() else {}
+    if not (record.get("int8") or {}).get("segments"):
+        aclpipe("export-exits", "--task", "sst2", "--method", args.method, "--int8", cwd=project)
+    plain = work / "hf-plain"
+    aclpipe("export-hf", "--task", "sst2", "--method", args.method, "--plain", "--out",
+            str(plain), cwd=project)  # fmt: skip
+    onnx = work / "optimum"
+    shutil.rmtree(onnx, ignore_errors=True)
+    prepared = sh([str(pythons["optimum"]), str(PEERS / "optimum_worker.py"), "prepare",
+                   str(plain), str(onnx)], timeout=1200)  # fmt: skip
+    quantization = json.loads(prepared.stdout.strip().splitlines()[-1])["quantization"]
+    load_before = os.getloadavg()
+    worker = OptimumWorker(pythons["optimum"], onnx, args.threads)
+    try:
+        inproc = in_process(export, worker, texts, gold, args.threads, args.rounds, args.blocks)
+    finally:
+        worker.close()
+    process = whole_process(export, pythons["optimum"], onnx, texts, gold, args.copies,
+                            args.threads, args.repeats, work)  # fmt: skip
+    serving = {} if args.skip_servers else servers(args, export, plain, pythons, texts, gold, work)
+    import onnxruntime
+    import tokenizers
+    import torch
+    import transformers
+
+    result = {
+        "benchmark": "peers",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "load_average_1min": {"before": round(load_before[0], 2),
+                              "after": round(os.getloadavg()[0], 2)},  # fmt: skip
+        "stack": {"python": sys.version.split()[0], "torch": torch.__version__,
+                  "onnxruntime": onnxruntime.__version__, "transformers": transformers.__version__,
+                  "tokenizers": tokenizers.__version__},  # fmt: skip
+        "peers": {
+            "optimum": {**versions(pythons["optimum"], ("optimum-onnx", "optimum", "onnxruntime",
+                                                        "transformers", "torch")),
+                        "quantization": f"dynamic int8, AutoQuantizationConfig.{quantization}"},
+            "infinity": versions(pythons["infinity"], ("infinity_emb", "transformers", "torch",
+                                                       "sentence-transformers")),
+            "naive": versions(pythons["naive"], ("fastapi", "uvicorn", "transformers", "torch")),
+            "wrk": wrk_version(),
+        },  # fmt: skip
+        "model": {"task": "sst2", "method": args.method, "pooling": record.get("pooling"),
+                  "exits": record.get("exits")},  # fmt: skip
+        "sentences": len(texts),
+        "threads": args.threads,
+        "in_process": inproc,
+        "whole_process": process,
+        "servers": {name: {**s, "held_up_to_p99_50ms": held(s["steps"]),
+                           "saturation_per_s": max(x["throughput_per_s"] for x in s["steps"])}
+                    if "steps" in s else s for name, s in serving.items()},  # fmt: skip
+        "targets": targets(inproc, serving),
+        "options": {k: v for k, v in vars(args).items()
+                    if k not in ("project", "glue_dir", "cache", "out", "doc")},
+    }  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, json.dumps(result, indent=2) + "\n")
+    if args.doc:
+        write_doc(args.doc, render(result))
+    print(json.dumps(result["targets"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
