@@ -100,13 +100,13 @@ class PredictorAdapter:
         return out
 
     def answer_watched(self, rows: list[dict], picks: list[bool]) -> tuple[list, list]:
-        """``answer``'s outputs, and a ``watch.Handoff`` per picked row (the onnx engine;
-        ``serve --shadow``). A group with no picked row runs as ``answer`` runs it."""
+        """``answer``'s outputs, and a ``watch.Handoff`` per picked row, in row order (the
+        onnx engine; ``serve --shadow``). A group with no picked row runs as ``answer`` does."""
         from aclpipe.early_exit.tokens import pad
         from aclpipe.early_exit.watch import run_watched
 
         out: list = [None] * len(rows)
-        handoffs = []
+        handoffs = {}  # row -> its Handoff
         p = self.predictor
         for group in length_groups([len(row["input_ids"]) for row in rows]):
             picked = [j for j, i in enumerate(group) if picks[i]]
@@ -116,10 +116,10 @@ class PredictorAdapter:
                 arrays = pad([rows[i] for i in group], p.pad_id)  # [b, T] each
                 result, found = run_watched(p.runtime, arrays, picked)
                 outputs = p.outputs(result.logits, result.exit_layer.tolist())
-                handoffs += [found[j] for j in picked]
+                handoffs.update((group[j], found[j]) for j in picked)
             for i, output in zip(group, outputs):
                 out[i] = output
-        return out, handoffs
+        return out, [handoffs[i] for i in sorted(handoffs)]
 
     def set_threshold(self, threshold: float) -> None:
         """Serve on under ``threshold`` (``serve --recalibrate``, between batches)."""
