@@ -14,6 +14,10 @@ The same engines, precisions, policies and default setting as ``aclpipe predict`
 - ``GET /metrics``: Prometheus text (prometheus-client): request latency and its parts
   (tokenization, queue, inference), exit layers, batch sizes, records waiting, errors by kind.
 
+``--shadow F`` also runs a fraction of the early-exited records through their skipped
+segments after their answers are sent, and ``--recalibrate`` moves the threshold from what
+they show (``early_exit.watch``; /info's ``shadow`` section, the /metrics gauges it adds).
+
 Every error is one line of JSON, ``{"error": "<what and the fix>", "kind": "<kind>"}``: 400
 ``bad_json``, ``too_deep``; 401 ``unauthorized`` (``--api-key`` set, and no ``Authorization:
 Bearer <key>`` with it); 413 ``body_too_large`` (over ``max_body`` bytes) and
