@@ -506,15 +506,16 @@ def get_json(conn: http.client.HTTPConnection, path: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
 def test_shadow_every_record_answers_as_predict_and_observes_them_all(
-    export_dir: Path, threshold: float
+    export_dir: Path, threshold: float, scheduler: str
 ) -> None:
     """``--shadow 1`` on the real export with torch blocked: every answer is predict's, every
     record is observed (the early ones resumed from their states after their answer), /info
     and /metrics show it, and nothing imports torch."""
     expected = expected_answers(export_dir, threshold)
     server = Server(export_dir, "--policy", "entropy", "--threshold", f"{threshold!r}",
-                    "--shadow", "1", "--shadow-share", "1000")  # fmt: skip
+                    "--shadow", "1", "--shadow-share", "1000", "--scheduler", scheduler)  # fmt: skip
     try:
         conn = server.connection()
         pairs = records_to_send()
@@ -547,7 +548,6 @@ def test_shadow_every_record_answers_as_predict_and_observes_them_all(
     "options, words",
     [(["--policy", "none", "--shadow", "0.5", "--recalibrate"], "policy none"),
      (["--engine", "torch", "--shadow", "0.5"], "onnx engine only"),
-     (["--scheduler", "iteration", "--shadow", "0.5"], "--scheduler batch only"),
      (["--recalibrate"], "add --shadow")],
 )  # fmt: skip
 def test_shadow_refusals_are_one_line_and_exit_2(task_export: Path, options, words) -> None:

@@ -26,12 +26,14 @@ from cli_helpers import invoke
 from test_serve_api import Model, call, post
 
 from aclpipe.early_exit.core import NUMPY_OPS, run_exits
+from aclpipe.early_exit.iteration import IterationScheduler, SegmentAdapter
 from aclpipe.early_exit.onnx_runtime import SegmentPass
 from aclpipe.early_exit.policies import window_size
+from aclpipe.early_exit.predict import Predictor
 from aclpipe.early_exit.recalibrate import Controller
 from aclpipe.early_exit.scheduler import MicroBatcher
 from aclpipe.early_exit.serve import Metrics, ServeSettings, build_app, make_watch
-from aclpipe.early_exit.shadow import ShadowSampler
+from aclpipe.early_exit.shadow import ShadowSampler, observe
 from aclpipe.early_exit.watch import Handoff, Watch, register_metrics, run_watched
 from aclpipe.errors import UserError
 
@@ -243,9 +245,6 @@ def test_refusals_are_one_line() -> None:
     assert "add --shadow" in refusal(lambda: ServeSettings(Path("m"), recalibrate=True))
     assert "[0, 1]" in refusal(lambda: ServeSettings(Path("m"), shadow=1.5))
     assert "above 0" in refusal(lambda: ServeSettings(Path("m"), shadow=0.1, shadow_share=0))
-    assert "--scheduler batch" in refusal(
-        lambda: ServeSettings(Path("m"), shadow=0.1, scheduler="iteration")
-    )
     onnx = SimpleNamespace(runtime=object(), policy="confidence", threshold=0.9, exits=EXITS,
                            regression=False)  # fmt: skip
     settings = ServeSettings(Path("m"), shadow=0.1, recalibrate=True)
@@ -326,3 +325,44 @@ def test_run_watched_answers_as_run_exits_and_hands_over_the_rest(threshold, see
             [handoff.seen, handoff.rest()])  # fmt: skip
         assert (handoff.rest is None) == (handoff.exit == len(EXITS) - 1)
         assert np.allclose(whole, full_logits(runtime, rows[j]), atol=1e-5)
+
+
+def iteration_answers(runtime: NumpyRuntime, rows: list[list[int]], watch_it: bool):
+    """Each row sent as its own job to an iteration scheduler over ``runtime``; the outputs,
+    and (with a watch, every row drawn) the observations its controller received."""
+    predictor = SimpleNamespace(pad_id=0, threshold=runtime.threshold,
+                                outputs=lambda logits, layers: Predictor.outputs(None, logits, layers))  # fmt: skip
+    adapter = SegmentAdapter(predictor, runtime)
+    seen, watch = [], None
+    if watch_it:
+        controller = Controller("confidence", runtime.threshold, EXITS, 0.99, adjust=False)
+        keep = controller.observe
+        controller.observe = lambda observation: seen.append(observation) or keep(observation)
+        watch = Watch(adapter, ShadowSampler(1.0, 1e6, 1e6), controller, False, io.StringIO())
+    scheduler = IterationScheduler(adapter, max_batch=4, watch=watch)
+    jobs = [scheduler.submit([{"input_ids": r, "token_type_ids": [0] * len(r)}]) for r in rows]
+    outputs = [job.future.result(10)[0] for job in jobs]
+    scheduler.close(10)
+    return outputs, seen
+
+
+@pytest.mark.parametrize("threshold", [0.55, 0.8])
+@pytest.mark.parametrize("seed", range(3))
+def test_iteration_scheduler_watched_answers_the_same_and_observes_the_full_model(
+    threshold: float, seed: int
+) -> None:
+    """--shadow 1 under the iteration scheduler: the same answers as without, and each
+    record's observation is the one its logits at every exit (run alone) give."""
+    rng = np.random.default_rng(seed)
+    runtime = NumpyRuntime(threshold, seed)
+    rows = [[int(i) for i in rng.integers(1, 20, size=rng.integers(2, 9))] for _ in range(9)]
+    plain, _ = iteration_answers(runtime, rows, False)
+    watched, seen = iteration_answers(runtime, rows, True)
+    assert [o[2] for o in watched] == [o[2] for o in plain]
+    np.testing.assert_allclose([o[0] for o in watched], [o[0] for o in plain], atol=1e-5)
+    want = []
+    for row, out in zip(rows, plain):
+        want.append(observe(full_logits(runtime, row), EXITS.index(out[2])))
+    key = lambda o: (o.exit, o.labels, tuple(round(c, 4) for c in o.confidence))  # noqa: E731
+    assert sorted(map(key, seen)) == sorted(map(key, want))
+    assert any(o.exit < len(EXITS) - 1 for o in want)  # some were resumed from their states

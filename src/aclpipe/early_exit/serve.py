@@ -116,11 +116,6 @@ class ServeSettings:
                 "--recalibrate learns from the shadow sample: add --shadow F with F > 0 "
                 "(e.g. --shadow 0.05)"
             )
-        if self.shadow > 0 and self.scheduler != "batch":
-            raise UserError(
-                f"--shadow runs with --scheduler batch only, not {self.scheduler}: drop "
-                "--shadow, or use --scheduler batch"
-            )
         if self.api_key is not None and (
             len(self.api_key) < 8 or not self.api_key.isprintable() or " " in self.api_key
         ):
@@ -436,7 +431,7 @@ def serve(settings: ServeSettings) -> None:
                 f"the model in {s.model} fails on a warm-up sentence ({type(err).__name__}: "
                 f"{reason}): export it again with `aclpipe export-exits`"
             ) from err
-    watch = make_watch(s, predictor, adapter)
+    watch = make_watch(s, predictor, adapter if segments is None else segments)
     sock = bind(s.host, s.port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     metrics = Metrics(adapter.exits)
@@ -452,7 +447,7 @@ def serve(settings: ServeSettings) -> None:
     else:
         batcher = IterationScheduler(
             segments, s.max_batch, s.max_queue,
-            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
+            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set, watch=watch,
         )  # fmt: skip
     setting = predictor.policy if predictor.policy == NO_EXIT else (
         f"{predictor.policy} {predictor.threshold:g}")  # fmt: skip

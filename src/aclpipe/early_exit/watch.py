@@ -2,7 +2,8 @@
 
 The pure parts are ``early_exit.shadow`` (which records, how much) and
 ``early_exit.recalibrate`` (what the observations say); this module runs them beside the batch
-scheduler (``early_exit.scheduler.MicroBatcher``):
+scheduler (``early_exit.scheduler.MicroBatcher``; the iteration scheduler does the same per
+cohort and iteration, ``early_exit.iteration``):
 
 1. When the scheduler takes a batch, ``Watch.pick`` draws each record (``ShadowSampler.pick``,
    before its exit is known, so the sample is uniform over the traffic).
@@ -21,8 +22,7 @@ scheduler (``early_exit.scheduler.MicroBatcher``):
    and the scheduler swaps the engine's threshold before its next batch (``Watch.retune``),
    never during one. Without it the controller keeps its window and never moves.
 
-Runs on the onnx engine (a row's states are the segments' inputs) and the batch scheduler.
-No torch.
+Runs on the onnx engine (a row's states are the segments' inputs). No torch.
 """
 
 from __future__ import annotations
@@ -68,21 +68,26 @@ class Capture:
         self.handoffs: dict[int, Handoff] = {}
 
     def __call__(self, k: int, positions, logits, leaving: list[bool], run) -> None:
-        last = len(self.runtime.exits) - 1
         for row, position in enumerate(positions):
             if position not in self.seen:
                 continue
             self.seen[position].append(np.array(logits[row], dtype=np.float32))
             if not leaving[row]:
                 continue
-            seen = np.stack(self.seen.pop(position))  # [k + 1, C]
-            rest = None
-            if k < last:  # its states after segment k, trimmed to its own tokens
-                length = int(run.mask[row].sum())
-                states = np.ascontiguousarray(run.states[:, row : row + 1, :length])
-                mask = np.ascontiguousarray(run.mask[row : row + 1, :length])
-                rest = _remaining(self.runtime, k, states, mask)
-            self.handoffs[position] = Handoff(k, seen, rest)
+            self.handoffs[position] = handoff(self.runtime, k, self.seen.pop(position), run, row)
+
+
+def handoff(runtime, k: int, seen: list[np.ndarray], run, row: int) -> Handoff:
+    """The ``Handoff`` of row ``row`` of ``run`` (a ``SegmentPass`` just past segment ``k``,
+    before its leavers are dropped), whose logits at exits 0..k are ``seen``: its states after
+    segment ``k`` and its mask row, cut to its own tokens (batches are right-padded)."""
+    rest = None
+    if k < len(runtime.exits) - 1:
+        length = int(run.mask[row].sum())
+        states = np.ascontiguousarray(run.states[:, row : row + 1, :length])  # [S, 1, t, H]
+        mask = np.ascontiguousarray(run.mask[row : row + 1, :length])  # [1, t]
+        rest = _remaining(runtime, k, states, mask)
+    return Handoff(k, np.stack(seen), rest)
 
 
 def _remaining(runtime, k: int, states: np.ndarray, mask: np.ndarray) -> Callable:
