@@ -191,7 +191,10 @@ class Watch:
 
     def drain(self, timeout: float | None = None) -> None:
         """Let the shadow thread finish what is queued, then stop it."""
-        self.pending.put(None)
+        try:
+            self.pending.put(None, timeout=timeout)
+        except queue.Full:  # a shadow run hung past the timeout: leave the daemon thread
+            return
         self._thread.join(timeout)
 
     def status(self) -> dict:
