@@ -160,7 +160,7 @@ class IterationScheduler(JobQueue):
             joined = self._admit(running)
             if joined is None:
                 return  # closed, and nothing left
-            began = time.perf_counter()
+            began = time.thread_time()  # the shadow share is of CPU seconds (watch)
             if watch is not None:
                 watch.retune()  # a threshold the controller moved: between iterations
             if joined:
@@ -188,7 +188,7 @@ class IterationScheduler(JobQueue):
                     cohort.handoffs = []
             cohorts = [c for c in cohorts if c.owners]
             if watch is not None:
-                watch.served(time.perf_counter() - began)
+                watch.served(time.thread_time() - began)
 
     def close(self, timeout: float | None = None) -> None:
         """``JobQueue.close``, then the shadow work already queued (``watch``)."""
