@@ -19,9 +19,8 @@ cohort and iteration, ``early_exit.iteration``):
    gives it to the ``Controller`` under the lock, and charges the sampler the CPU seconds it
    took; the scheduler credits ``share`` of every served batch's CPU seconds
    (``Watch.served``). Both are the calling thread's CPU time (``time.thread_time``): wall
-   time would charge the shadow thread for waiting at its low priority on a busy machine
-   (measured: 65 ms of wall time per shadow record against 12 ms per served request, one
-   thread, a loaded 2-core machine). With ``--threads`` > 1 the engine's pool threads are
+   time would charge the shadow thread for waiting at its low priority on a busy machine,
+   and refuse most draws there. With ``--threads`` > 1 the engine's pool threads are
    counted on neither side.
 5. With ``--recalibrate`` a controller move is one JSON line on stderr (``Event.as_dict``),
    and the scheduler swaps the engine's threshold before its next batch (``Watch.retune``),
