@@ -334,7 +334,7 @@ def serve(
     ] = 0.0,
     shadow_share: Annotated[
         float,
-        typer.Option("--shadow-share", help="Shadow CPU seconds allowed per served second."),
+        typer.Option("--shadow-share", help="Shadow CPU seconds allowed per served CPU second."),
     ] = 0.15,
     recalibrate: Annotated[
         bool,

@@ -89,7 +89,7 @@ class ServeSettings:
     scheduler: str = "batch"  # batch (micro-batching) or iteration (onnx only)
     api_key: str | None = None  # the Bearer token every route but the probes asks for
     shadow: float = 0.0  # share of records also run to the last exit after their answer
-    shadow_share: float = 0.15  # shadow seconds allowed per served second (a token bucket)
+    shadow_share: float = 0.15  # shadow CPU seconds per served CPU second (a token bucket)
     recalibrate: bool = False  # move the threshold from the shadow sample (early_exit.watch)
 
     def __post_init__(self) -> None:
