@@ -9,7 +9,10 @@ Four servers, one after another, each a real ``aclpipe serve`` process on an eph
   (iteration-level scheduling; the others micro-batch, ``--scheduler batch``);
 - ``full-onnx``: the same server with ``--policy none`` (the full model on ONNX Runtime);
 - ``naive-torch``: the naive deployment, the full PyTorch model called once per request
-  (``--engine torch --policy none --max-batch 1``: one request, one model call, in turn).
+  (``--engine torch --policy none --max-batch 1``: one request, one model call, in turn);
+- ``ee-fp32-shadow`` (with ``--shadow F``): ``ee-fp32`` with ``aclpipe serve --shadow F``, run
+  right after it; the JSON's ``shadow`` holds its /info counts at the end (records drawn and
+  observed, seconds served and spent in shadow work).
 
 For each server the generator offers rates in steps (``--rates``, requests/s, each step
 ``--seconds`` long, or ``--min-requests`` long at a slow rate): arrival times drawn from a
@@ -95,13 +98,18 @@ def sst2_dev(glue_dir: Path) -> list[str]:
 
 
 def contenders(
-    export: Path, record: dict, threads: int, max_wait_ms: float, setting: list[str]
-) -> dict[str, list[str]]:
+    export: Path, record: dict, threads: int, max_wait_ms: float, setting: list[str],
+    shadow: float = 0.0,
+) -> dict[str, list[str]]:  # fmt: skip
     """Each server's options; ``setting`` is the early-exit servers' ``--policy`` and
-    ``--threshold`` (empty: the export's default setting)."""
+    ``--threshold`` (empty: the export's default setting); ``shadow`` > 0 adds
+    ``ee-fp32-shadow``."""
     common = ["--threads", str(threads), "--max-wait-ms", str(max_wait_ms)]
     iteration = ["--scheduler", "iteration"]
-    out = {"ee-fp32": [*common, *setting], "ee-fp32-iteration": [*common, *setting, *iteration]}
+    out = {"ee-fp32": [*common, *setting]}
+    if shadow > 0:
+        out["ee-fp32-shadow"] = [*common, *setting, "--shadow", repr(shadow)]
+    out["ee-fp32-iteration"] = [*common, *setting, *iteration]
     if (record.get("int8") or {}).get("segments"):
         out["ee-int8"] = [*common, *setting, "--precision", "int8"]
         out["ee-int8-iteration"] = [*common, *setting, "--precision", "int8", *iteration]
@@ -582,7 +590,8 @@ def saturation(args, servers: dict[str, list[str]], sentences: list[str]) -> dic
 
 def run_saturation(args, record: dict, setting: list[str], sentences: list[str]) -> None:
     args.connections = [int(n) for n in args.connections.split(",")]
-    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting)
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting,
+                         args.shadow)  # fmt: skip
     servers = {n: o for n, o in servers.items() if n in (args.only or "ee-int8").split(",")}
     began = time.perf_counter()
     results = saturation(args, servers, sentences)
@@ -628,6 +637,30 @@ def stack() -> dict[str, str]:
     return {"python": sys.version.split()[0], **{n: version(n) for n in names}}
 
 
+def shadow_counts(port: int) -> dict:
+    """A ``--shadow`` server's /info counts, once its shadow thread has caught up (10 s at
+    most): drawn, refused, observed, dropped, the seconds served and spent in shadow work,
+    their ratio, and the window's agreement."""
+    import http.client
+
+    deadline = time.monotonic() + 10
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/info")
+        info = json.loads(conn.getresponse().read())["shadow"]
+        conn.close()
+        if info["pending"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    keys = ("fraction", "share", "drawn", "refused", "observed", "dropped", "served_seconds",
+            "shadow_seconds")  # fmt: skip
+    out = {k: info[k] for k in keys}
+    out["shadow_over_served_seconds"] = round(info["shadow_seconds"] / info["served_seconds"], 4)
+    c = info["controller"]
+    out["window"], out["agreement"], out["lower_bound"] = c["window"], c["agreement"], c["lower_bound"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
@@ -643,6 +676,7 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, help="and its threshold")
     parser.add_argument("--max-wait-ms", type=float, default=0.0, help="the servers' max wait")
     parser.add_argument("--only", help="comma-separated servers to run (default: all)")
+    parser.add_argument("--shadow", type=float, default=0.0, help="F of ee-fp32-shadow (0: none)")
     parser.add_argument("--light", type=int, default=200, help="sentences timed in process")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
     parser.add_argument("--figure", type=Path, default=Path("reports/serve/latency_vs_load.png"))
@@ -678,8 +712,9 @@ def main() -> None:
         return
     rates = [float(r) for r in args.rates.split(",")]
     began = time.perf_counter()
-    results, banners, stopped = {}, {}, {}
-    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting)
+    results, banners, stopped, shadow = {}, {}, {}, {}
+    servers = contenders(args.export, record, args.threads, args.max_wait_ms, setting,
+                         args.shadow)  # fmt: skip
     if args.only:
         servers = {n: o for n, o in servers.items() if n in args.only.split(",")}
     for name, options in servers.items():
@@ -694,6 +729,8 @@ def main() -> None:
             print(f"{name} {rate:g}/s: {json.dumps(step)}", file=sys.stderr, flush=True)
             if step["error_share"] > SATURATED_ERRORS or (step["p99_s"] or 0) > SATURATED_P99:
                 break
+        if "--shadow" in options:
+            shadow[name] = shadow_counts(server.port)
         stopped[name] = server.stop()
         results[name] = steps
     light = {}
@@ -734,6 +771,7 @@ def main() -> None:
         "steps": results,
         **summary,
         "light_load_p50": light,
+        **({"shadow": shadow} if shadow else {}),
         "wall_seconds": round(time.perf_counter() - began, 1),
     }
     write_text(args.out, json.dumps(out, indent=2) + "\n")

@@ -192,3 +192,36 @@ def test_both_engines_equal_policy_on_all_exit_logits(export_dir: Path) -> None:
                 np.testing.assert_allclose(np.asarray(result.logits), picked, atol=1e-5, rtol=0)
                 split += len(set(expected.tolist())) > 1
     assert split >= 10  # the grid is informative: many settings split a batch
+
+
+@pytest.mark.slow
+def test_watched_batches_answer_as_unwatched_and_hand_over_the_full_model(
+    export_dir: Path,
+) -> None:
+    """``serve --shadow``'s engine path on the real export: ``answer_watched`` gives
+    ``answer``'s outputs, and each picked row's logits, seen plus resumed from its states,
+    are the segments chained by hand with every row to the end (at every exit)."""
+    from aclpipe.early_exit.predict import Predictor
+    from aclpipe.early_exit.scheduler import PredictorAdapter
+
+    tokenizer = load_fast_tokenizer(export_dir / EXPORT_TOKENIZER, 32)
+    rows = encode(tokenizer, [(s, None) for s in SENTENCES])
+    every_exit = np.concatenate([onnx_every_exit(export_dir, pad([row], 0)) for row in rows], 1)
+    rng = np.random.default_rng(0)
+    resumed = 0
+    for policy, threshold in grid(2, 4)[::3]:
+        adapter = PredictorAdapter(Predictor(export_dir, policy, threshold, "onnx", batch_size=8))
+        picks = [bool(rng.random() < 0.7) for _ in rows]
+        outputs, handoffs = adapter.answer_watched(rows, picks)
+        plain = adapter.answer(rows)
+        assert [o[2] for o in outputs] == [o[2] for o in plain]  # the same exits
+        np.testing.assert_allclose([o[0] for o in outputs], [o[0] for o in plain], atol=1e-5)
+        assert len(handoffs) == sum(picks)
+        for handoff, j in zip(handoffs, [j for j, p in enumerate(picks) if p]):
+            layer = outputs[j][2]
+            assert adapter.exits[handoff.exit] == layer
+            whole = handoff.seen if handoff.rest is None else np.concatenate(
+                [handoff.seen, handoff.rest()])  # fmt: skip
+            resumed += handoff.rest is not None
+            np.testing.assert_allclose(whole, every_exit[:, j], atol=1e-4, rtol=0)
+    assert resumed >= 5  # rows left early and were resumed from their states

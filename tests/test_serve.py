@@ -498,3 +498,62 @@ def test_a_record_of_the_wrong_kind_is_refused_as_predict_refuses_it(task_export
         assert errors_by_kind(conn).get("wrong_texts") == 2.0
     finally:
         server.stop()
+
+
+def get_json(conn: http.client.HTTPConnection, path: str) -> dict:
+    conn.request("GET", path)
+    return json.loads(conn.getresponse().read())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_shadow_every_record_answers_as_predict_and_observes_them_all(
+    export_dir: Path, threshold: float, scheduler: str
+) -> None:
+    """``--shadow 1`` on the real export with torch blocked: every answer is predict's, every
+    record is observed (the early ones resumed from their states after their answer), /info
+    and /metrics show it, and nothing imports torch."""
+    expected = expected_answers(export_dir, threshold)
+    server = Server(export_dir, "--policy", "entropy", "--threshold", f"{threshold!r}",
+                    "--shadow", "1", "--shadow-share", "1000", "--scheduler", scheduler)  # fmt: skip
+    try:
+        conn = server.connection()
+        pairs = records_to_send()
+        for a, b in pairs:
+            body = {"text": a} if b is None else {"text_a": a, "text_b": b}
+            status, _, answer = post(conn, json.dumps(body).encode())
+            assert status == 200, answer
+            check_answer(json.loads(answer), expected[(a, b)])
+        deadline = time.monotonic() + 30
+        while (shadow := get_json(conn, "/info")["shadow"])["observed"] < len(pairs):
+            assert time.monotonic() < deadline, shadow
+            time.sleep(0.05)
+        assert shadow["drawn"] == len(pairs) and shadow["refused"] == shadow["dropped"] == 0
+        controller = shadow["controller"]
+        assert controller["window"] == len(pairs) and controller["threshold"] == threshold
+        last = controller["per_exit"][-1]["exit_layer"]
+        early = sum(expected[pair]["exit_layer"] != last for pair in pairs)
+        assert sum(row["served"] for row in controller["per_exit"][:-1]) == early > 0
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        assert re.search(rf"^aclpipe_shadow_observed_total {len(pairs)}\.0$", text, re.M)
+        assert re.search(r"^aclpipe_window_agreement \S+$", text, re.M)
+    finally:
+        _, modules = server.stop()
+    assert modules == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options, words",
+    [(["--policy", "none", "--shadow", "0.5", "--recalibrate"], "policy none"),
+     (["--engine", "torch", "--shadow", "0.5"], "onnx engine only"),
+     (["--recalibrate"], "add --shadow")],
+)  # fmt: skip
+def test_shadow_refusals_are_one_line_and_exit_2(task_export: Path, options, words) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "aclpipe.cli", "serve", "--model", str(task_export), "--port", "0",
+         *options], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and words in lines[0], result.stderr

@@ -368,6 +368,26 @@ def serve(
             "without it); set it whenever --host is reachable beyond this machine.",
         ),
     ] = None,
+    shadow: Annotated[
+        float,
+        typer.Option(
+            "--shadow",
+            help="Also run this fraction of the records to the last exit, after their answer, "
+            "and report each exit's agreement with the full model (/metrics, /info).",
+        ),
+    ] = 0.0,
+    shadow_share: Annotated[
+        float,
+        typer.Option("--shadow-share", help="Shadow CPU seconds allowed per served CPU second."),
+    ] = 0.15,
+    recalibrate: Annotated[
+        bool,
+        typer.Option(
+            "--recalibrate",
+            help="Move the exit threshold to keep the shadow sample's agreement at the "
+            "budget's target (needs --shadow); each move is a JSON line on stderr.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the model over HTTP: POST /predict (predict's records or TEI's body), /info,
     /healthz, /readyz, /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
@@ -378,7 +398,7 @@ def serve(
         model=model, policy=policy, threshold=threshold, engine=engine, precision=precision,
         host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
         max_body=max_body, max_length=max_length, threads=threads, scheduler=scheduler,
-        api_key=api_key,
+        api_key=api_key, shadow=shadow, shadow_share=shadow_share, recalibrate=recalibrate,
     ))  # fmt: skip
 
 

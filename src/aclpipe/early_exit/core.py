@@ -113,9 +113,13 @@ def run_exits(
     window: int,  # how many of a sample's newest exits the policy reads (policies.window_size)
     regression: bool,
     eps: float,
+    on_exit: Callable | None = None,
 ) -> EarlyExitResult:
     """Early exit of one batch: each sample's logits at the exit it left by, in input order.
-    ``policy`` ``NO_EXIT`` runs every sample to the last exit."""
+    ``policy`` ``NO_EXIT`` runs every sample to the last exit. ``on_exit(k, positions, logits,
+    leaving, run)``, when given, sees every exit before its rows leave: the original positions
+    of the rows running, their logits ``[b, C]``, who leaves, and the pass (the server's shadow
+    sample keeps a picked row's states there, ``early_exit.watch``)."""
     batch, last_exit = len(run.mask), len(exit_layers) - 1
     out_logits: Array | None = None  # filled when a first sample leaves
     out_index: Array | None = None
@@ -126,6 +130,8 @@ def run_exits(
         logits = run.logits(k)  # [b, C]
         seen, decided = decide(k, last_exit, logits, seen, policy, threshold, window,
                                regression, eps)  # fmt: skip
+        if on_exit is not None:
+            on_exit(k, range(batch) if active is None else active.tolist(), logits, decided, run)
         leaving = sum(decided)
         if leaving == len(decided):  # everyone still running leaves (always at the last exit;
             # an empty batch at its first: empty arrays of the engine's kind)

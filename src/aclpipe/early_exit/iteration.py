@@ -18,6 +18,12 @@ segment ``k``), the early-exit core's per-exit steps (``core.decide`` who leaves
 predict's ``Predictor`` for the outputs (``Predictor.outputs``), so the answers are predict's.
 Jobs arrive tokenized (``scheduler``'s module docstring), and the runtime is the predictor's
 own (``Predictor.runtime``): the server loads each graph once.
+
+With a watch (``serve --shadow``, ``early_exit.watch``) records are drawn as they join; a
+drawn row keeps its logits at every exit, and when it leaves early its states become a
+handoff, given to the watch after the iteration's answers are delivered. A threshold the
+controller moved is swapped in between iterations, so a record already running meets it at
+its remaining exits.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +48,9 @@ class Cohort:
     seen: list  # per row: its policy window (the logits of its newest exits)
     owners: list  # per row: (job, index of the record in the job)
     depth: int = 0  # the next segment to run
+    history: list | None = None  # per row: None, or (drawn for the shadow sample, serve
+    # --shadow) its logits at every exit so far
+    handoffs: list = field(default_factory=list)  # watch.Handoff of drawn rows that left
 
 
 class SegmentAdapter:
@@ -53,10 +62,17 @@ class SegmentAdapter:
         self.runtime = runtime if runtime is not None else predictor.runtime
         self.exits: list[int] = list(self.runtime.exits)
 
-    def start(self, owners: list, rows: list[dict]) -> Cohort:
-        """A cohort of token rows (``tokens.encode``), embedded."""
+    def start(self, owners: list, rows: list[dict], picks: list[bool] | None = None) -> Cohort:
+        """A cohort of token rows (``tokens.encode``), embedded; ``picks``: the rows drawn for
+        the shadow sample (``serve --shadow``)."""
         arrays = pad(rows, self.predictor.pad_id)  # [b, T]
-        return Cohort(self.runtime.start(arrays), [[] for _ in rows], owners)
+        history = None if picks is None or not any(picks) else [[] if p else None for p in picks]
+        return Cohort(self.runtime.start(arrays), [[] for _ in rows], owners, history=history)
+
+    def set_threshold(self, threshold: float) -> None:
+        """Serve on under ``threshold`` (``serve --recalibrate``, between iterations)."""
+        self.runtime.set_threshold(threshold)
+        self.predictor.threshold = threshold
 
     def step(self, cohort: Cohort) -> list[tuple[tuple, tuple]]:
         """Run the cohort's next segment; ``(owner, output)`` for every row that leaves (its
@@ -67,6 +83,15 @@ class SegmentAdapter:
         cohort.seen, leave = decide(k, len(self.exits) - 1, logits, cohort.seen, rt.policy,
                                     rt.threshold, rt.window, rt.regression, rt.eps)  # fmt: skip
         cohort.depth = k + 1
+        if cohort.history is not None:  # drawn rows keep every exit; those leaving hand over
+            from aclpipe.early_exit.watch import handoff
+
+            for row, seen in enumerate(cohort.history):
+                if seen is None:
+                    continue
+                seen.append(np.array(logits[row], dtype=np.float32))
+                if leave[row]:
+                    cohort.handoffs.append(handoff(rt, k, seen, cohort.run, row))
         if not any(leave):
             return []
         gone = np.array(leave)  # [b]
@@ -74,6 +99,8 @@ class SegmentAdapter:
         outputs = self.predictor.outputs(logits[gone], [self.exits[k]] * len(leaving))
         cohort.owners = [o for o, out in zip(cohort.owners, leave) if not out]
         cohort.seen = [w for w, out in zip(cohort.seen, leave) if not out]
+        if cohort.history is not None:
+            cohort.history = [h for h, out in zip(cohort.history, leave) if not out]
         if cohort.owners:
             keep_running(cohort.run, ~gone)
         return list(zip(leaving, outputs))
@@ -91,8 +118,10 @@ class IterationScheduler(JobQueue):
         max_queue: int = 256,
         on_batch: Callable[[int], None] = lambda size: None,
         on_depth: Callable[[int], None] = lambda depth: None,
+        watch=None,
     ) -> None:
         self.adapter, self.max_batch, self.max_queue = adapter, max_batch, max_queue
+        self.watch = watch  # early_exit.watch.Watch over ``adapter`` (serve --shadow)
         self.on_batch, self.on_depth = on_batch, on_depth
         self._jobs: collections.deque[Job] = collections.deque()
         self._waiting = 0
@@ -125,17 +154,23 @@ class IterationScheduler(JobQueue):
 
     def _run(self) -> None:
         cohorts: list[Cohort] = []
+        watch = self.watch
         while True:
             running = sum(len(c.owners) for c in cohorts)
             joined = self._admit(running)
             if joined is None:
                 return  # closed, and nothing left
+            began = time.thread_time()  # the shadow share is of CPU seconds (watch)
+            if watch is not None:
+                watch.retune()  # a threshold the controller moved: between iterations
             if joined:
                 owners = [(job, i) for job in joined for i in range(len(job.items))]
                 for job in joined:
                     self._answers[id(job)] = [[None] * len(job.items), len(job.items)]
+                picks = None if watch is None else watch.pick(len(owners))
                 try:
-                    cohorts.append(self.adapter.start(owners, [r for j in joined for r in j.items]))
+                    rows = [r for j in joined for r in j.items]
+                    cohorts.append(self.adapter.start(owners, rows, picks))
                 except Exception as err:  # these jobs learn it; the worker lives on
                     self._fail(joined, err)
             self.on_batch(sum(len(c.owners) for c in cohorts))
@@ -144,11 +179,22 @@ class IterationScheduler(JobQueue):
                     finished = self.adapter.step(cohort)
                 except Exception as err:
                     self._fail({id(job): job for job, _ in cohort.owners}.values(), err)
-                    cohort.owners = []
+                    cohort.owners, cohort.handoffs = [], []
                     continue
                 for (job, index), output in finished:
                     self._deliver(job, index, output)
+                if cohort.handoffs:  # only now: their answers are on their way
+                    watch.hand_over(cohort.handoffs)
+                    cohort.handoffs = []
             cohorts = [c for c in cohorts if c.owners]
+            if watch is not None:
+                watch.served(time.thread_time() - began)
+
+    def close(self, timeout: float | None = None) -> None:
+        """``JobQueue.close``, then the shadow work already queued (``watch``)."""
+        super().close(timeout)
+        if self.watch is not None:
+            self.watch.drain(timeout)
 
     def _deliver(self, job: Job, index: int, output: tuple) -> None:
         answer = self._answers.get(id(job))

@@ -166,6 +166,11 @@ class OnnxEarlyExit:
         # how many exits' logits the policy reads: patience t looks at exits k-t..k
         self.window = window_size(policy, threshold)
 
+    def set_threshold(self, threshold: float) -> None:
+        """Serve on under another threshold of the same policy (``serve --recalibrate``
+        swaps it between batches)."""
+        self._use(self.policy, threshold)
+
     def with_setting(self, policy: str, threshold: float | None) -> OnnxEarlyExit:
         """The same sessions under another policy (evaluate's sweep times every setting on
         one load of the graphs)."""

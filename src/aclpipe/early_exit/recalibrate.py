@@ -175,6 +175,7 @@ class Controller:
     confidence: float = 0.95  # of the one-sided Wilson bound
     hysteresis: float = 0.005  # a looser goal must meet target + this
     max_step: float = 0.05  # per update, threshold units (patience: 1 whatever this says)
+    adjust: bool = True  # False: keep the window and its status, never move (watch only)
     threshold: float = field(init=False)
     events: deque[Event] = field(init=False)  # the newest EVENTS_KEPT moves
     moves: int = field(init=False, default=0)  # all of them
@@ -205,7 +206,7 @@ class Controller:
         self._served[slot] = observation.exit
         self.seen += 1
         self._filled = min(self._filled + 1, self.window)
-        if self._filled < self.min_window or self.seen % self.every:
+        if not self.adjust or self._filled < self.min_window or self.seen % self.every:
             return None
         return self.update()
 

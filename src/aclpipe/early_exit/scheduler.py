@@ -99,6 +99,33 @@ class PredictorAdapter:
                 out[i] = output
         return out
 
+    def answer_watched(self, rows: list[dict], picks: list[bool]) -> tuple[list, list]:
+        """``answer``'s outputs, and a ``watch.Handoff`` per picked row, in row order (the
+        onnx engine; ``serve --shadow``). A group with no picked row runs as ``answer`` does."""
+        from aclpipe.early_exit.tokens import pad
+        from aclpipe.early_exit.watch import run_watched
+
+        out: list = [None] * len(rows)
+        handoffs = {}  # row -> its Handoff
+        p = self.predictor
+        for group in length_groups([len(row["input_ids"]) for row in rows]):
+            picked = [j for j, i in enumerate(group) if picks[i]]
+            if not picked:
+                outputs = p.run_rows([rows[i] for i in group])
+            else:
+                arrays = pad([rows[i] for i in group], p.pad_id)  # [b, T] each
+                result, found = run_watched(p.runtime, arrays, picked)
+                outputs = p.outputs(result.logits, result.exit_layer.tolist())
+                handoffs.update((group[j], found[j]) for j in picked)
+            for i, output in zip(group, outputs):
+                out[i] = output
+        return out, [handoffs[i] for i in sorted(handoffs)]
+
+    def set_threshold(self, threshold: float) -> None:
+        """Serve on under ``threshold`` (``serve --recalibrate``, between batches)."""
+        self.predictor.runtime.set_threshold(threshold)
+        self.predictor.threshold = threshold
+
 
 @dataclass
 class Job:
@@ -140,7 +167,10 @@ class MicroBatcher(JobQueue):
     """Dynamic micro-batching over one worker thread (module docstring).
 
     ``on_batch(size)`` is called in the worker for every batch it runs, ``on_depth(n)``
-    whenever the number of records waiting changes (the server's metrics)."""
+    whenever the number of records waiting changes (the server's metrics). With ``watch``
+    (``early_exit.watch.Watch``, ``serve --shadow``) each batch's records are drawn as it is
+    taken, the batch runs through ``watch.engine.answer_watched``, its answers are sent, and
+    only then are the picked rows handed over; the threshold swaps between batches."""
 
     def __init__(
         self,
@@ -150,8 +180,10 @@ class MicroBatcher(JobQueue):
         max_queue: int = 256,
         on_batch: Callable[[int], None] = lambda size: None,
         on_depth: Callable[[int], None] = lambda depth: None,
+        watch=None,
     ) -> None:
         self.answer, self.max_batch, self.max_wait = answer, max_batch, max_wait
+        self.watch = watch
         self.max_queue = max_queue
         self.on_batch, self.on_depth = on_batch, on_depth
         self._jobs: collections.deque[Job] = collections.deque()
@@ -160,6 +192,12 @@ class MicroBatcher(JobQueue):
         self._ready = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="aclpipe-batcher", daemon=True)
         self._worker.start()
+
+    def close(self, timeout: float | None = None) -> None:
+        """``JobQueue.close``, then the shadow work already queued (``watch``)."""
+        super().close(timeout)
+        if self.watch is not None:
+            self.watch.drain(timeout)
 
     def _take(self) -> list[Job] | None:
         """The next batch: the oldest job, then whole jobs while they fit in ``max_batch``,
@@ -195,18 +233,34 @@ class MicroBatcher(JobQueue):
             started = time.perf_counter()
             for job in batch:
                 job.started = started
-            if batch:
+            if not batch:
+                continue
+            if self.watch is None:
                 self._answer(batch)
+                continue
+            self.watch.retune()  # a threshold the controller moved: before this batch
+            picks = self.watch.pick(sum(len(job.items) for job in batch))
+            cpu = time.thread_time()  # the shadow share is of CPU seconds (watch's docstring)
+            self._answer(batch, picks)
+            self.watch.served(time.thread_time() - cpu)
 
-    def _answer(self, batch: list[Job]) -> None:
+    def _answer(self, batch: list[Job], picks: list[bool] | None = None) -> None:
         """Answer the batch in one engine call; if that fails, each job alone (module
-        docstring). The worker lives on whatever the engine raises."""
+        docstring). The worker lives on whatever the engine raises. ``picks``: the shadow
+        draws of the batch's records (``watch``), handed over after the answers are sent."""
+        items = [item for job in batch for item in job.items]
         try:
-            answers = self.answer([item for job in batch for item in job.items])
+            if picks is None:
+                answers, handoffs = self.answer(items), []
+            else:
+                answers, handoffs = self.watch.engine.answer_watched(items, picks)
         except Exception as err:
             if len(batch) > 1:
+                start = 0
                 for job in batch:
-                    self._answer([job])
+                    end = start + len(job.items)
+                    self._answer([job], None if picks is None else picks[start:end])
+                    start = end
                 return
             batch[0].finished = time.perf_counter()
             batch[0].future.set_exception(err)
@@ -216,3 +270,5 @@ class MicroBatcher(JobQueue):
             job.finished = finished
             job.future.set_result(answers[start : start + len(job.items)])
             start += len(job.items)
+        if handoffs:  # only now: the answers are on their way
+            self.watch.hand_over(handoffs)

@@ -14,6 +14,10 @@ The same engines, precisions, policies and default setting as ``aclpipe predict`
 - ``GET /metrics``: Prometheus text (prometheus-client): request latency and its parts
   (tokenization, queue, inference), exit layers, batch sizes, records waiting, errors by kind.
 
+``--shadow F`` also runs a fraction of the early-exited records through their skipped
+segments after their answers are sent, and ``--recalibrate`` moves the threshold from what
+they show (``early_exit.watch``; /info's ``shadow`` section, the /metrics gauges it adds).
+
 Every error is one line of JSON, ``{"error": "<what and the fix>", "kind": "<kind>"}``: 400
 ``bad_json``, ``too_deep``; 401 ``unauthorized`` (``--api-key`` set, and no ``Authorization:
 Bearer <key>`` with it); 413 ``body_too_large`` (over ``max_body`` bytes) and
@@ -84,6 +88,9 @@ class ServeSettings:
     threads: int | None = None  # intra-op threads of the engine (None: its default)
     scheduler: str = "batch"  # batch (micro-batching) or iteration (onnx only)
     api_key: str | None = None  # the Bearer token every route but the probes asks for
+    shadow: float = 0.0  # share of records also run to the last exit after their answer
+    shadow_share: float = 0.15  # shadow CPU seconds per served CPU second (a token bucket)
+    recalibrate: bool = False  # move the threshold from the shadow sample (early_exit.watch)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_queue < self.max_batch or self.max_wait_ms < 0 or (
@@ -98,6 +105,16 @@ class ServeSettings:
         if self.scheduler not in SCHEDULERS:
             raise UserError(
                 f"unknown scheduler {self.scheduler!r}: use {' or '.join(SCHEDULERS)}"
+            )
+        if not 0 <= self.shadow <= 1 or self.shadow_share <= 0:
+            raise UserError(
+                f"--shadow {self.shadow:g} must be in [0, 1] and --shadow-share "
+                f"{self.shadow_share:g} above 0: e.g. --shadow 0.05 --shadow-share 0.15"
+            )
+        if self.recalibrate and self.shadow == 0:
+            raise UserError(
+                "--recalibrate learns from the shadow sample: add --shadow F with F > 0 "
+                "(e.g. --shadow 0.05)"
             )
         if self.api_key is not None and (
             len(self.api_key) < 8 or not self.api_key.isprintable() or " " in self.api_key
@@ -190,9 +207,11 @@ def build_app(
     settings: ServeSettings,
     describe: dict,
     info: dict,
+    watch=None,
 ):
     """The Starlette app over a running batcher; ``describe`` is /readyz's body, ``info``
-    /info's."""
+    /info's (with ``watch``, ``early_exit.watch.Watch``, its live ``shadow`` section and the
+    threshold in force)."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
@@ -279,7 +298,13 @@ def build_app(
         return JSONResponse({"ready": True, **describe})
 
     async def information(request) -> Response:
-        return refused(request) or JSONResponse(info)
+        if (denied := refused(request)) is not None:
+            return denied
+        if watch is None:
+            return JSONResponse(info)
+        shadow = watch.status()
+        setting = {**info.get("setting", {}), "threshold": shadow["threshold"]}
+        return JSONResponse({**info, "setting": setting, "shadow": shadow})
 
     async def prometheus(request) -> Response:
         if (denied := refused(request)) is not None:
@@ -344,6 +369,39 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def make_watch(settings: ServeSettings, predictor, engine):
+    """The ``early_exit.watch.Watch`` that ``--shadow`` asks for over ``engine`` (the
+    scheduler's adapter), None without it; a one-line ``UserError`` where it cannot run."""
+    s = settings
+    if s.shadow == 0:
+        return None
+    flag = "--recalibrate" if s.recalibrate else "--shadow"
+    if predictor.runtime is None:
+        raise UserError(
+            f"{flag} runs on the onnx engine only (the shadow thread resumes a record from its "
+            "segments' states): drop --engine torch and give the export folder"
+        )
+    if predictor.policy == NO_EXIT:
+        raise UserError(
+            f"{flag} watches early exits, and policy none serves every record from the last "
+            "exit: pick a policy (--policy confidence, entropy or patience), or drop it"
+        )
+    if predictor.regression:
+        raise UserError(
+            f"{flag} compares an early answer's label with the full model's, and this export "
+            "is a regression model (no labels): drop it"
+        )
+    from aclpipe.early_exit.recalibrate import Controller, target_agreement
+    from aclpipe.early_exit.settings import BUDGET_POINTS
+    from aclpipe.early_exit.shadow import ShadowSampler
+    from aclpipe.early_exit.watch import BURST_SECONDS, Watch
+
+    sampler = ShadowSampler(s.shadow, s.shadow_share, BURST_SECONDS)
+    controller = Controller(predictor.policy, predictor.threshold, list(predictor.exits),
+                            target_agreement(BUDGET_POINTS), adjust=s.recalibrate)  # fmt: skip
+    return Watch(engine, sampler, controller, s.recalibrate)
+
+
 def serve(settings: ServeSettings) -> None:
     """Load, warm up, bind, serve until SIGTERM or Ctrl-C, drain (module docstring)."""
     from aclpipe.early_exit.predict import Predictor, texts_read
@@ -373,18 +431,23 @@ def serve(settings: ServeSettings) -> None:
                 f"the model in {s.model} fails on a warm-up sentence ({type(err).__name__}: "
                 f"{reason}): export it again with `aclpipe export-exits`"
             ) from err
+    watch = make_watch(s, predictor, adapter if segments is None else segments)
     sock = bind(s.host, s.port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     metrics = Metrics(adapter.exits)
+    if watch is not None:
+        from aclpipe.early_exit.watch import register_metrics
+
+        register_metrics(metrics.registry, watch)
     if segments is None:
         batcher = MicroBatcher(
             adapter.answer, s.max_batch, s.max_wait_ms / 1000, s.max_queue,
-            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
+            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set, watch=watch,
         )  # fmt: skip
     else:
         batcher = IterationScheduler(
             segments, s.max_batch, s.max_queue,
-            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
+            on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set, watch=watch,
         )  # fmt: skip
     setting = predictor.policy if predictor.policy == NO_EXIT else (
         f"{predictor.policy} {predictor.threshold:g}")  # fmt: skip
@@ -404,14 +467,18 @@ def serve(settings: ServeSettings) -> None:
         "threads": s.threads, "limits": s.limits(), "api_key_required": s.api_key is not None,
         "version": __version__,
     }  # fmt: skip
+    if watch is not None:
+        describe["shadow"], describe["recalibrate"] = s.shadow, s.recalibrate
     limits = Limits(s.max_body, s.max_queue, texts_read(predictor.task), predictor.task)
-    app = build_app(batcher, predictor, metrics, limits, s, describe, info)
+    app = build_app(batcher, predictor, metrics, limits, s, describe, info, watch)
     bound_host, bound_port = sock.getsockname()[:2]
     print(
         f"aclpipe serve: http://{bound_host}:{bound_port} (engine {predictor.engine_name}, "
         f"policy {setting} ({predictor.setting_source}), scheduler {s.scheduler}, max batch "
         f"{s.max_batch}, max wait {s.max_wait_ms:g} ms, queue {s.max_queue} records"
-        f"{', API key required' if s.api_key else ''}); SIGTERM or Ctrl-C drains and stops",
+        f"{', API key required' if s.api_key else ''}"
+        f"{f', shadow {s.shadow:g} at share {s.shadow_share:g}' if watch else ''}"
+        f"{', recalibrating' if s.recalibrate else ''}); SIGTERM or Ctrl-C drains and stops",
         file=sys.stderr,
         flush=True,
     )
