@@ -178,18 +178,6 @@ SPECS = [f"{name}.md" for name in ("METHODS", "CLAIMS", "STYLE")]
 OUTSIDE = re.compile(
     re.escape(SHARED) + r"(?!glue\b)|(?<![\w/.-])(?:" + "|".join(map(re.escape, SPECS)) + ")"
 )
-# Allowed for now: the studies' code, their params files and the reports it generates still
-# cite the outside files; remove each entry once that code points at docs/methods.md and
-# docs/claims.md and the reports are rebuilt.
-ALLOWED_FOR_NOW = (
-    "src/aclpipe/study/",
-    "campaign/params.yaml",
-    "fewshot/params.yaml",
-    "sts/params.yaml",
-    "reports/",
-)
-
-
 def candidate_lines() -> list[tuple[str, str]]:
     """(file, line) of every tracked text file's line that names the parent folder or an outside
     spec file, found by git grep (fast), to be judged by OUTSIDE."""
@@ -211,7 +199,7 @@ def test_nothing_points_outside_the_repository_for_meaning():
     found = [
         f"{name}: {match.group(0)}"
         for name, text in candidate_lines()
-        if not name.startswith(("data/", *ALLOWED_FOR_NOW))
+        if not name.startswith("data/")
         for match in OUTSIDE.finditer(text)
     ]
     assert not found, found
