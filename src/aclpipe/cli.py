@@ -402,12 +402,16 @@ def serve(
     ))  # fmt: skip
 
 
-CompareOpt = names_option(
-    "--method",
-    "-m",
-    what="Method to compare",
-    default="Default: every method with results under reports/<task>/.",
-)
+CompareOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        "-m",
+        help=names_help(
+            "Method to compare", "Default: every method with results under reports/<task>/."
+        ),
+    ),
+]  # written out, as MethodOpt, so that a type checker reads it as a type
 
 
 @app.command()

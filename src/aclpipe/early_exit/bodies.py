@@ -100,7 +100,9 @@ def read_body(body: bytes, limits: Limits) -> Body:
     for i, pair in enumerate(parsed.pairs):
         where = f"{'input' if parsed.tei else 'record'} {i}" if i else f"the {'input' if parsed.tei else 'record'}"
         check_texts(pair, where)
-        wrong = texts_mismatch(pair, limits.texts, limits.task, where) if limits.texts else None
+        if not limits.texts:
+            continue
+        wrong = texts_mismatch(pair, limits.texts, limits.task, where)
         if wrong is not None:  # predict refuses the same records (inputs.check_pair)
             raise BadRequest(422, "wrong_texts", f"{wrong}: {_send(limits.texts, parsed.tei)}")
     return parsed
@@ -165,7 +167,7 @@ def _tei(data: dict, max_records: int) -> Body:
             f'"inputs" is a {_kind(inputs)}: send a string, a pair of strings or a list '
             "of them",
         )  # fmt: skip
-    pairs = []
+    pairs: list[Pair] = []
     for i, item in enumerate(items):
         where = f"input {i}" if not single else "the input"
         if isinstance(item, str):

@@ -38,4 +38,5 @@ def cheapest_within(
     time ratio, or anything ordered as it, e.g. ``1 / layer_speedup``); ties go to the higher
     score, then to the first. None when no score is within the budget."""
     admitted = [i for i, score in enumerate(scores) if admits(score, reference, points)]
-    return min(admitted, key=lambda i: (costs[i], -scores[i], i), default=None)
+    # every admitted score is a number (admits refuses None)
+    return min(admitted, key=lambda i: (costs[i], -(scores[i] or 0.0), i), default=None)

@@ -66,7 +66,7 @@ class SegmentAdapter:
         """A cohort of token rows (``tokens.encode``), embedded; ``picks``: the rows drawn for
         the shadow sample (``serve --shadow``)."""
         arrays = pad(rows, self.predictor.pad_id)  # [b, T]
-        history = None if picks is None or not any(picks) else [[] if p else None for p in picks]
+        history: list[list | None] | None = None if picks is None or not any(picks) else [[] if p else None for p in picks]
         return Cohort(self.runtime.start(arrays), [[] for _ in rows], owners, history=history)
 
     def set_threshold(self, threshold: float) -> None:

@@ -174,8 +174,10 @@ class Watch:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while (handoff := self.pending.get()) is not None:
             began = time.thread_time()  # CPU seconds: waiting at low priority costs nothing
+            rest = handoff.rest
+            assert rest is not None  # queued only with layers left to run (hand_over)
             try:
-                logits = np.concatenate([handoff.seen, handoff.rest()])  # [E, C]
+                logits = np.concatenate([handoff.seen, rest()])  # [E, C]
             except Exception:  # noqa: BLE001 - a failed shadow run costs its observation only
                 with self.lock:
                     self.failed += 1

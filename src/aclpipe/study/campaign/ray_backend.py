@@ -8,7 +8,7 @@ model (``campaign/models/<task>/.<run>-s<seed>.checkpoint``, written every
 ``train.save_every`` steps) and resumes from it, bit for bit as a cut-off local run does.
 
 Workers write where the study keeps its runs, on storage every node mounts at the same path
-(README, "On a Ray cluster"): the retry on another node needs the checkpoint the lost worker
+(docs/scaling.md): the retry on another node needs the checkpoint the lost worker
 left, every run reads the prepared data, and the run folder lands by the same atomic rename as
 a local run's (``aclpipe.atomic``), so it is whole or absent. The driver checks that it sees
 each finished folder. A retry that finds the folder already there (its worker was lost after

@@ -169,7 +169,7 @@ def markdown(summary: dict) -> str:
         "the validation split; the pick is the best mean final-exit score on validation "
         "(x100). Dev is shown, never used to choose. Forward: how training ran the encoder "
         "(padding-free or padded: the same function and dropout draws, float rounding apart; "
-        "README, Benchmarks).",
+        "docs/benchmarks.md).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
