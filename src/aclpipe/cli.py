@@ -31,7 +31,6 @@ from aclpipe.cli_options import (
     err_console,
     load,
     names_help,
-    names_option,
     parse_list,
     state,
     task_list,
