@@ -163,6 +163,7 @@ def test_linear_probe_run_matches_a_plain_scikit_learn_probe(
         assert metrics["final_score"] == pytest.approx(right)
 
 
+@pytest.mark.slow
 def test_setfit_without_its_environment_names_how_to_build_it(
     tmp_path, params_dict, glue_dir, monkeypatch
 ) -> None:
@@ -227,3 +228,63 @@ def test_setfit_run_end_to_end_on_the_tiny_model(
             peer["pairs"] == 2 * 2 * 8 and peer["steps"] == 2
         )  # pairs = 2 x iterations x N, batch 16
         assert record["data"]["fewshot"]["examples"] == 8
+
+
+@pytest.mark.parametrize("draws", [4, 10, 30])
+def test_detectable_ratio_is_where_the_variance_test_has_half_power(draws) -> None:
+    """At the true ratio detectable_ratio(k), a plain simulation of two normal samples of k
+    declares 'lower' (variance ratio under the F test's 2.5% quantile) half the time."""
+    from scipy.stats import f
+
+    from aclpipe.study.fewshot_peers import detectable_ratio
+
+    ratio = detectable_ratio(draws)
+    rng = np.random.default_rng(draws)
+    a = rng.normal(0.0, ratio, size=(40_000, draws))
+    b = rng.normal(0.0, 1.0, size=(40_000, draws))
+    declared = (a.var(axis=1, ddof=1) / b.var(axis=1, ddof=1)) < f.ppf(0.025, draws - 1, draws - 1)
+    assert declared.mean() == pytest.approx(0.5, abs=0.01)
+    assert detectable_ratio(2) is None
+
+
+@pytest.mark.slow
+def test_peer_claims_judge_each_method_against_setfit_and_ce_against_the_probe() -> None:
+    from aclpipe.data.tasks import get_task
+    from aclpipe.study.fewshot_peers import PEER_RESAMPLES, peer_claims, peer_family
+    from aclpipe.study.measures import Measure
+    from aclpipe.study.verdicts import Rules
+
+    task, rng = get_task("sst2"), np.random.default_rng(3)
+    labels = rng.integers(0, 2, 200)
+
+    def runs(chance: float) -> dict[int, Measure]:  # each draw: examples right with this chance
+        out = {}
+        for seed in range(1, 6):
+            hit = rng.random(len(labels)) < chance
+            out[seed] = Measure("final", np.where(hit, labels, 1 - labels)[None])
+        return out
+
+    measures = {"ce": runs(0.9), "scl": runs(0.6), "setfit": runs(0.7), "linear-probe": runs(0.5)}
+    rows = peer_claims(task, measures, {"ce", "scl", "setfit"}, labels, Rules())
+    found = {(r["a"], r["b"]): r for r in rows}
+    assert found[("ce", "setfit")]["verdict"] == "better" and found[("ce", "setfit")]["holds"]
+    assert found[("scl", "setfit")]["verdict"] == "worse" and not found[("scl", "setfit")]["holds"]
+    assert found[("acl", "setfit")]["verdict"] == "not run yet"
+    assert found[("ce", "linear-probe")]["verdict"] == "better"
+    assert found[("ce", "setfit")]["resamples"] == PEER_RESAMPLES
+    plain = np.mean(
+        [np.mean(m.predictions[0] == labels) for m in measures["ce"].values()]
+    ) - np.mean([np.mean(m.predictions[0] == labels) for m in measures["setfit"].values()])
+    assert found[("ce", "setfit")]["difference"] == pytest.approx(plain)
+    cells = [{"task": "sst2", "peers": rows}]
+    peer_family(cells, Rules())
+    tested = [r for r in rows if "holm_p" in r]
+    assert len(tested) == 3 and all(r["family"] == "peers/sst2" for r in tested)
+    assert sorted(r["holm_p"] for r in tested) == pytest.approx(
+        sorted(
+            min(
+                1.0, max((3 - j) * p for j, p in enumerate(sorted(r["p"] for r in tested)[: i + 1]))
+            )
+            for i in range(3)
+        )
+    )
