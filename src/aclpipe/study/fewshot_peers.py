@@ -129,18 +129,26 @@ def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
         "| task | N | claim | question | A - B | 95% interval | p (one-sided) | Holm p | draws | verdict | holds |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    waiting = [(c, r) for c, r in rows if r["verdict"] == "not run yet"]
     for cell, row in rows:
         head = f"| {cell['task']} | {cell['n']} | {row['claim']} | {row['question']}"
+        if row["verdict"] == "not run yet":
+            continue
         if "difference" not in row:
             lines.append(f"{head} | | | | | | {row['verdict']} | |")
             continue
+        draws, planned = len(row["seeds"]), row.get("planned", len(row["seeds"]))
+        partial = f" (provisional: {draws} of {planned} draws)" if draws < planned else ""
         p = "< 0.001" if row["p"] < 0.001 else f"{row['p']:.3f}"
         holm = f"{row['holm_p']:.3f} ± {row['holm_mc_error']:.3f}" if "holm_p" in row else ""
         lines.append(
             f"{head} | {_pts(row['difference'], True)} | [{_pts(row['low'], True)}, "
-            f"{_pts(row['high'], True)}] | {p} | {holm} | {len(row['seeds'])} | {row['verdict']} | "
+            f"{_pts(row['high'], True)}] | {p} | {holm} | {draws} | {row['verdict']}{partial} | "
             f"{'yes' if row['holds'] else 'no'} |"
         )
+    cells_waiting = sorted({(c["task"], c["n"]) for c, _ in waiting}, key=lambda tn: (tn[0], tn[1]))
+    if cells_waiting:
+        lines += ["", "Not run yet: " + ", ".join(f"{t} N = {n}" for t, n in cells_waiting) + "."]
     return [*lines, ""]
 
 
