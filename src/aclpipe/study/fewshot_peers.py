@@ -273,7 +273,7 @@ def draw_peers(campaign: Campaign, cells: list[dict], path: Path) -> None:
         ax.set_xscale("log")
         if sizes_all:
             ax.set_xlim(sizes_all[0] / 1.3, sizes_all[-1] * 1.3)
-            ax.set_xticks(sizes_all, [str(n) for n in sizes_all])
+            ax.set_xticks(sizes_all, [str(n) for n in sizes_all], rotation=45, fontsize=7)
         ax.set_title(task)
         ax.set_xlabel("training examples N")
         ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
