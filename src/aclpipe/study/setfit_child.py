@@ -71,7 +71,8 @@ def main(folder: Path) -> None:
             "torch": torch.__version__,
             "datasets": datasets.__version__,
         },
-        "arguments": json.loads(json.dumps(args.to_dict(), default=str)),
+        # the scratch folder's own path is this machine's, not the recipe's
+        "arguments": json.loads(json.dumps(args.to_dict(), default=str).replace(str(folder), "<scratch>")),
         "head": type(model.model_head).__name__
         + json.dumps(model.model_head.get_params(), default=str),
         "steps": body.state.global_step if body is not None else None,
