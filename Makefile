@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test test-fast bench lint docs docs-serve campaign
+.PHONY: setup repro test test-fast bench lint docs docs-serve campaign setfit-env
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,6 +17,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# The few-shot study's setfit peer runs in an environment of its own (transformers 4).
+SETFIT_VENV ?= .venv-setfit
+$(SETFIT_VENV)/.installed: fewshot/peers/setfit-requirements.txt
+	python3 -m venv $(SETFIT_VENV)
+	$(SETFIT_VENV)/bin/python -m pip install -r fewshot/peers/setfit-requirements.txt
+	touch $@
+
+setfit-env: $(SETFIT_VENV)/.installed
 
 repro: setup
 	dvc repro

@@ -123,3 +123,56 @@ def test_record_command_and_its_one_line_errors(study: Path, tmp_path: Path, mon
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "not inside a DVC repository" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+FEWSHOT_DVC_YAML = """\
+stages:
+  prepare-peers:
+    matrix:
+      seed: [3]
+      task: [sst2]
+    cmd: echo prepare
+    deps: [src.txt]
+    outs:
+      - data/${item.task}/s${item.seed}
+  run:
+    matrix:
+      seed: [1]
+      task: [sst2]
+      n: [4]
+      run: [ce]
+    cmd: echo run
+    deps: [src.txt]
+    outs:
+      - runs/${item.task}/${item.run}-n${item.n}-s${item.seed}:
+          cache: false
+  peers:
+    matrix:
+      seed: [3]
+      task: [sst2]
+      n: [4]
+      run: [linear-probe]
+    cmd: echo peer
+    deps: [src.txt, data/sst2/s3]
+    outs:
+      - runs/${item.task}/${item.run}-n${item.n}-s${item.seed}:
+          cache: false
+"""
+
+
+def test_record_takes_a_few_shot_studys_cells_and_their_prepare_stages(study: Path, params_dict, monkeypatch) -> None:
+    folder = study / "study"
+    cells = {"peers": {"runs": ["linear-probe"], "tasks": ["sst2"], "fewshot": [4], "seeds": [3]}}
+    spec = {"tasks": ["sst2"], "seeds": [1], "runs": ["ce"], "fewshot": [4], "cells": cells}
+    (folder / "params.yaml").write_text(yaml.safe_dump({**params_dict(None), "campaign": spec}))
+    (folder / "dvc.yaml").write_text(FEWSHOT_DVC_YAML)
+    (folder / "data/sst2/s3").mkdir(parents=True)
+    (folder / "data/sst2/s3/train.jsonl").write_text("{}\n")
+    (folder / "runs/sst2/linear-probe-n4-s3").mkdir(parents=True)
+    (folder / "runs/sst2/linear-probe-n4-s3/run.json").write_text("{}\n")
+    monkeypatch.chdir(study)
+    campaign = load_campaign(Path("study/params.yaml"))
+    assert campaign.stage("sst2", "linear-probe-n4", 3) == "peers@3-sst2-4-linear-probe"
+    names, waiting = record(campaign)
+    assert (sorted(names), waiting) == (["peers@3-sst2-4-linear-probe", "prepare-peers@3-sst2"], 1)
+    assert changed(study) == {"run@1-sst2-4-ce"}  # the one without its folder

@@ -115,6 +115,7 @@ RESULTS_COST_PNG = "results_score_vs_time.png"  # reports/campaign/: score again
 FEWSHOT_REPORTS = "fewshot"  # reports/fewshot/: the few-shot study's README.md, results.json
 FEWSHOT_SCORES_PNG = "fewshot_scores.png"  # reports/fewshot/: score against N, band over draws
 FEWSHOT_SPREAD_PNG = "fewshot_spread.png"  # reports/fewshot/: sd over draws per method and N
+FEWSHOT_PEERS_PNG = "fewshot_peers.png"  # reports/fewshot/: the methods beside SetFit and the probe
 STACK_CHECK = "stack_check.json"  # campaign/: one run trained on two stacks, compared
 STACK_CHECK_SCRIPT = f"{CAMPAIGN}/stack_check.sh"  # trains that run on both, then stack-compare
 

@@ -31,6 +31,9 @@ CampaignOpt = Annotated[
 ]
 RunTasksOpt = names_option("--task", "-t", what="Task", default="Default: campaign.tasks.")
 RunSeedsOpt = names_option("--seed", what="Seed", default="Default: campaign.seeds.")
+RunRunsOpt = names_option(
+    "--run", what="Run (ce, or one N of a few-shot study: ce-n20)", default="Default: every run."
+)
 ThreadsOpt = Annotated[
     int | None,
     typer.Option(
@@ -113,13 +116,14 @@ def campaign_run_pending(
     backend: BackendOpt = "local",
     address: AddressOpt = None,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
+    run: RunRunsOpt = None,
 ) -> None:
     """Every run without a folder yet, seed by seed, several at a time in separate processes.
     Then the `dvc commit -f ...` it prints records them, so `dvc repro` does not train them
     again."""
     from aclpipe.study.campaign import commands
 
-    commands.run_pending(campaign, workers, task, seed, threads, console, backend, address)
+    commands.run_pending(campaign, workers, task, seed, threads, console, backend, address, run)
 
 
 @campaign_app.command("tune")

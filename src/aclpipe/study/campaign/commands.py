@@ -27,11 +27,21 @@ def prepare(
 
     spec = load_campaign(campaign)
     names = parse_list(task, "--task") or spec.tasks
-    seeds = parse_list(seed, "--seed", int) or (spec.seeds if spec.fewshot else [None])
-    for name in names:  # every name and seed checked before any is written
+    chosen = parse_list(seed, "--seed", int)
+    if chosen and not spec.fewshot:
+        raise UserError(f"{campaign} has no campaign.fewshot: prepare without --seed")
+    per_task = {  # a few-shot study draws, per task, the seeds some run is planned for there
+        name: chosen or (spec.draws_on(name) if spec.fewshot else [None]) for name in names
+    }
+    for name, seeds in per_task.items():  # every name and seed checked before any is written
+        spec.overrides(name)
         for s in seeds:
-            spec.overrides(name, spec.runs[0] if s is not None else None, s)
-    for name in names:
+            if s is not None and s not in spec.draws_on(name):
+                spec.overrides(name, spec.runs[0], s)  # the one-line error of an unplanned seed
+                raise UserError(
+                    f"seed {s} draws nothing on {name}: no run of {campaign} is planned for it"
+                )
+    for name, seeds in per_task.items():
         for s in seeds:
             for meta in prepare_task(spec, name, console, s):
                 draw = f" (draw of {meta['fewshot']['examples']}, seed {s})" if s else ""
@@ -78,8 +88,10 @@ def run_pending(
     console: Console,
     backend: str = "local",
     address: str | None = None,
+    run: list[str] | None = None,
 ) -> None:
-    """Every run without a folder yet; prints the ``dvc commit`` that records the finished."""
+    """Every run without a folder yet (of ``run`` only, when given); prints the ``dvc commit``
+    that records the finished."""
     from aclpipe.study.campaign import runner as campaign_runner
 
     spec = load_campaign(campaign)
@@ -90,6 +102,7 @@ def run_pending(
         console,
         task_list,
         seed_list,
+        runs=parse_list(run, "--run"),
         threads=threads,
         backend=backend,
         address=address,

@@ -76,6 +76,7 @@ from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import Layout
 from aclpipe.study.campaign.backends import RunResources, parse_resources
+from aclpipe.study.campaign.cells import GRID, Cells, Planned, build_plan, parse_cells
 from aclpipe.study.campaign.grid import Tuning, read_tuning
 from aclpipe.study.stats.verdicts import Rules, rules_from
 
@@ -108,17 +109,24 @@ class Campaign:
     tuning: Tuning | None = None
     ablations: list[str] = dataclasses.field(default_factory=list)
     ablation_seeds: list[int] = dataclasses.field(default_factory=list)
-    fewshot: list[int] = dataclasses.field(default_factory=list)  # N of a few-shot study
+    fewshot: list[int] = dataclasses.field(default_factory=list)  # every N of a few-shot study
     fewshot_settings: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # a few-shot study's run name -> (its run of campaign.runs in the file, its N)
     fewshot_runs: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     resources: RunResources = RunResources()  # one run's ask of a Ray cluster
     experiment: Experiment = dataclasses.field(default_factory=Experiment)
     verdicts: Rules = dataclasses.field(default_factory=Rules)  # margin, resamples, rule floor
+    # a few-shot study's blocks beside its grid (campaign.cells), and where each run is planned
+    cells: dict[str, Cells] = dataclasses.field(default_factory=dict)
+    fewshot_plan: dict[str, list[Planned]] = dataclasses.field(default_factory=dict)
+    peers: dict[str, Any] = dataclasses.field(default_factory=dict)  # campaign.peers, typed
 
     def seeds_for(self, run: str) -> list[int]:
         """The seeds a run is planned for: ablation_seeds for an ablation, the experiment's
-        seeds for one of its runs, else seeds."""
+        seeds for one of its runs, in a few-shot study every seed planned on any task, else
+        seeds."""
+        if run in self.fewshot_plan:
+            return sorted({s for p in self.fewshot_plan[run] for s in p.seeds})
         if run in self.experiment.runs:
             return self.experiment.seeds
         return self.ablation_seeds if run in self.ablations else self.seeds
@@ -129,8 +137,22 @@ class Campaign:
         return self.ablations + self.experiment.runs
 
     def tasks_for(self, run: str) -> list[str]:
-        """The tasks a run is planned for: the experiment's tasks for one of its runs, else tasks."""
+        """The tasks a run is planned for: the experiment's tasks for one of its runs, in a
+        few-shot study every task any block plans it on, else tasks."""
+        if run in self.fewshot_plan:
+            return [t for t in self.tasks if any(t in p.tasks for p in self.fewshot_plan[run])]
         return self.experiment.tasks if run in self.experiment.runs else self.tasks
+
+    def seeds_at(self, task: str, run: str) -> list[int]:
+        """The seeds a run is planned for on one task (a few-shot block may plan some tasks
+        only, over seeds of its own)."""
+        if run not in self.fewshot_plan:
+            return self.seeds_for(run) if task in self.tasks_for(run) else []
+        return sorted({s for p in self.fewshot_plan[run] if task in p.tasks for s in p.seeds})
+
+    def draws_on(self, task: str) -> list[int]:
+        """A few-shot study's seeds that draw on ``task``: those any run is planned for there."""
+        return sorted({s for run in self.fewshot_plan for s in self.seeds_at(task, run)})
 
     def seed_key(self, run: str | None) -> str:
         """Where ``run``'s seeds are listed in the campaign file."""
@@ -160,7 +182,11 @@ class Campaign:
         """The DVC stage (in the campaign's dvc.yaml) that records a run's folder."""
         if run in self.fewshot_runs:
             base, n = self.fewshot_runs[run]
-            return f"run@{seed}-{task}-{n}-{base}"
+            kind = next(
+                (p.stage for p in self.fewshot_plan[run] if task in p.tasks and seed in p.seeds),
+                GRID,
+            )
+            return f"{kind}@{seed}-{task}-{n}-{base}"
         kind = (
             "experiment"
             if run in self.experiment.runs
@@ -206,6 +232,8 @@ class Campaign:
             out.append(f"data.fewshot_examples={n}")
         if seed is not None:
             planned = self.seeds_for(run) if run is not None else self.seeds
+            if run in self.fewshot_plan:
+                planned = self.seeds_at(task, run)
             if seed not in planned:
                 raise UserError(
                     f"seed {seed} is not in campaign.{self.seed_key(run)} of {self.path} "
@@ -267,12 +295,13 @@ def load_campaign(path: Path) -> Campaign:
         raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
     spec = raw.pop("campaign")
     keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "experiment", "variants"}
-    keys |= {"task_settings", "verdicts", "fewshot", "fewshot_settings"}
+    keys |= {"task_settings", "verdicts", "fewshot", "fewshot_settings", "cells", "peers"}
     unknown = set(spec) - keys - {"tune", "resources"}
     if unknown:
         raise UserError(
             f"unknown key campaign.{sorted(unknown)[0]} in {path}: use {', '.join(sorted(keys))}, tune, resources"
         )
+    from aclpipe.study.campaign.peers import PEER_NAMES, parse_peers
     from aclpipe.training.knobs import METHOD_NAMES, check_method
 
     tasks, seeds, runs = spec.get("tasks"), spec.get("seeds"), spec.get("runs")
@@ -300,37 +329,49 @@ def load_campaign(path: Path) -> Campaign:
             check_method(method, f"campaign.variants.{name} needs method"),
             dict(body.get("set") or {}),
         )
-    for name in runs:
-        if name not in METHOD_NAMES and name not in variants:
+    cells = parse_cells(spec.get("cells"), path, tasks)
+    for name in runs + [r for block in cells.values() for r in block.runs]:
+        if name not in METHOD_NAMES and name not in variants and name not in PEER_NAMES:
             raise UserError(
-                f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHOD_NAMES)}) "
-                "nor a variant under campaign.variants"
+                f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHOD_NAMES)}), "
+                f"a peer ({', '.join(PEER_NAMES)}) nor a variant under campaign.variants"
             )
+    peers = parse_peers(spec.get("peers"), f"campaign.peers in {path}")
     settings = spec.get("task_settings") or {}
     for task, body in settings.items():
         if task not in tasks or not isinstance(body, dict):
             raise UserError(f"campaign.task_settings.{task}: not a task of campaign.tasks")
         _check_sections(body, f"campaign.task_settings.{task}", "task")
     tuning = read_tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
-    fewshot, fewshot_settings = _fewshot(spec, path)
-    fewshot_runs = {f"{run}-n{n}": (run, n) for n in fewshot for run in runs}
+    fewshot, fewshot_settings = _fewshot(spec, path, cells)
+    if cells and not fewshot:
+        raise UserError(
+            f"campaign.cells in {path}: only a few-shot study (campaign.fewshot) has cells"
+        )
+    plan = build_plan(runs, fewshot, tasks, seeds, cells) if fewshot else {}
+    fewshot_runs = {name: (name.rsplit("-n", 1)[0], int(name.rsplit("-n", 1)[1])) for name in plan}
+    fewshot = sorted({n for _, n in fewshot_runs.values()})  # the grid's N and the cells'
     campaign = Campaign(
         path, raw, tasks, seeds, list(fewshot_runs) or runs, variants, settings, tuning,
         ablations, ablation_seeds, fewshot, fewshot_settings, fewshot_runs,
         parse_resources(spec.get("resources"), "campaign.resources", path),
         experiment, rules_from(spec.get("verdicts"), f"campaign.verdicts in {path}"),
+        cells, plan, peers,
     )  # fmt: skip
     for task in tasks:  # every run's params must build: fail now, not hours in
         for run in campaign.runs:
             if task in campaign.tasks_for(run):
-                campaign.params(task, run, campaign.seeds_for(run)[0])
+                campaign.params(task, run, campaign.seeds_at(task, run)[0])
         for config in tuning.configs_for(task) if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
 
 
-def _fewshot(spec: dict, path: Path) -> tuple[list[int], dict[int, dict[str, Any]]]:
-    """``campaign.fewshot`` (N, ascending, each once) and ``campaign.fewshot_settings``."""
+def _fewshot(
+    spec: dict, path: Path, cells: dict[str, Cells]
+) -> tuple[list[int], dict[int, dict[str, Any]]]:
+    """``campaign.fewshot`` (N, ascending, each once) and ``campaign.fewshot_settings`` (for
+    the grid's N and the cells')."""
     sizes, settings = spec.get("fewshot") or [], spec.get("fewshot_settings") or {}
     where = f"campaign.fewshot in {path}"
     if not isinstance(sizes, list) or not all(
@@ -343,9 +384,10 @@ def _fewshot(spec: dict, path: Path) -> tuple[list[int], dict[int, dict[str, Any
         raise UserError(f"{where}: a few-shot study has no ablations; list every run in runs")
     if not isinstance(settings, dict):
         raise UserError(f"campaign.fewshot_settings in {path} must map N to settings")
+    every = set(sizes) | {n for block in cells.values() for n in block.fewshot}
     for n, body in settings.items():
-        if n not in sizes or not isinstance(body, dict):
-            raise UserError(f"campaign.fewshot_settings.{n}: not an N of campaign.fewshot")
+        if n not in every or not isinstance(body, dict):
+            raise UserError(f"campaign.fewshot_settings.{n}: not an N of campaign.fewshot or cells")
         _check_sections(body, f"campaign.fewshot_settings.{n}", "N")
     return sizes, settings
 

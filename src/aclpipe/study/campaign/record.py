@@ -6,7 +6,8 @@ seconds a stage (8.5 s on this machine with the few-shot study's 272). Here DVC'
 steps run for every stage chosen, from one parse of the dvc.yaml, and the lock is written once:
 the same lock ``dvc commit -f`` writes, in seconds for the lot.
 
-Chosen: the campaign's prepare, tune and run stages (``run``, ``ablation``, ``experiment``)
+Chosen: the campaign's prepare, tune and run stages (``run``, ``ablation``, ``experiment``,
+and a few-shot study's cells and their ``prepare-<cell>``)
 whose outputs are all present, either those the lock lacks (runs finished since the last
 record) or, with ``everything``, all of them, to re-record after a change shown to be
 behaviour-neutral. Never the report: it is rebuilt, not recorded (``dvc repro -s
@@ -49,10 +50,12 @@ def record(campaign: Campaign, everything: bool = False) -> tuple[list[str], int
     except NotDvcRepoError:
         raise UserError("not inside a DVC repository: run this from the project's root") from None
     chosen, waiting = [], 0
+    # a few-shot study's blocks beside its grid are stages of their own (aclpipe.study.campaign.cells)
+    kinds = set(KINDS) | set(campaign.cells) | {f"prepare-{name}" for name in campaign.cells}
     with repo, repo.lock:
         for info in repo.stage.collect_granular(str(dvc_yaml.resolve())):
             stage = info.stage
-            if stage.name.split("@", 1)[0] not in KINDS:
+            if stage.name.split("@", 1)[0] not in kinds:
                 continue
             if not all(out.exists for out in stage.outs):
                 waiting += 1

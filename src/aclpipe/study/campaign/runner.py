@@ -27,25 +27,33 @@ RUN, TUNE = "run", "tune"  # the two kinds of job: a campaign run, a configurati
 
 
 def pending(
-    campaign: Campaign, tasks: list[str] | None = None, seeds: list[int] | None = None
+    campaign: Campaign,
+    tasks: list[str] | None = None,
+    seeds: list[int] | None = None,
+    runs: list[str] | None = None,
 ) -> list[tuple[str, str, int]]:
     """``(task, run, seed)`` of every run without a folder, seed by seed (so the first seed of
     every task finishes first), in the campaign's task and run order; in a few-shot study,
     N by N first (every draw of the smallest N, the cheapest runs, before any larger N), so
-    a study cut off and resumed completes whole (task, N) cells as it goes."""
+    a study cut off and resumed completes whole (task, N) cells as it goes. ``runs``: only
+    these (a run, ``ce``, or a run at one N, ``ce-n20``)."""
     for task in tasks or []:
         campaign.overrides(task)  # a one-line error for a task outside the campaign
     every_seed = sorted({s for run in campaign.runs for s in campaign.seeds_for(run)})
     for seed in seeds or []:
         if seed not in every_seed:
             campaign.overrides(campaign.tasks[0], seed=seed)  # and for a seed outside it
+    bases = {run: campaign.fewshot_runs.get(run, (run, 0))[0] for run in campaign.runs}
+    for name in runs or []:
+        if name not in bases and name not in bases.values():
+            campaign.variant(name)  # the one-line error of an unknown run
     jobs = [
         (task, run, seed)
         for seed in seeds or every_seed
         for task in tasks or campaign.tasks
         for run in campaign.runs
-        if seed in campaign.seeds_for(run)
-        and task in campaign.tasks_for(run)
+        if seed in campaign.seeds_at(task, run)
+        and (not runs or run in runs or bases[run] in runs)
         and not campaign.run_dir(task, run, seed).exists()
     ]
     if campaign.fewshot_runs:  # stable: seed by seed within each N
@@ -92,6 +100,7 @@ def run_pending(
     tasks: list[str] | None = None,
     seeds: list[int] | None = None,
     kind: str = RUN,
+    runs: list[str] | None = None,
     threads: int | None = None,
     backend: str = "local",
     address: str | None = None,
@@ -106,7 +115,9 @@ def run_pending(
     pool = make_backend(backend, workers, address, campaign.resources)
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give at least 1")
-    jobs = pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds)
+    jobs = (
+        pending_tuning(campaign, tasks) if kind == TUNE else pending(campaign, tasks, seeds, runs)
+    )
     for task, run, seed in jobs:
         data = campaign.data_dir(task, run if kind == RUN else None, seed)
         if not (data / META).exists():

@@ -31,8 +31,17 @@ def prepare_task(
     else:
         if not campaign.fewshot:
             raise UserError(f"{campaign.path} has no campaign.fewshot: prepare without --seed")
-        first = {n: run for run, (_, n) in reversed(campaign.fewshot_runs.items())}
-        runs = [first[n] for n in campaign.fewshot]  # the data is the same for every method
+        first = {  # a run planned at N on this task and seed: the data is every method's
+            n: run
+            for run, (_, n) in reversed(campaign.fewshot_runs.items())
+            if seed in campaign.seeds_at(task.name, run)
+        }
+        runs = [first[n] for n in campaign.fewshot if n in first]
+        if not runs:
+            raise UserError(
+                f"seed {seed} draws nothing on {task.name}: no run of {campaign.path} is planned "
+                "for it (campaign.seeds, campaign.cells)"
+            )
         plans = [
             (campaign.params(task_name, run, seed), campaign.data_dir(task.name, run, seed))
             for run in runs
@@ -53,6 +62,8 @@ def prepare_task(
 def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Console) -> Path:
     """Train, score and sweep one run; write its folder (atomically) and drop the weights."""
     task, variant = get_task(task_name), campaign.variant(run)
+    if run in campaign.fewshot_runs:
+        campaign.overrides(task.name, run, seed)  # a one-line error for a run not planned here
     record = {
         "task": task.name,
         "run": run,
@@ -61,6 +72,10 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
         "overrides": campaign.overrides(task.name, run, seed),
         "command": f"aclpipe campaign run --task {task.name} --run {run} --seed {seed}",
     }
+    if variant.method in _peer_names():
+        from aclpipe.study.campaign.peers import run_peer  # a peer's own code, not the loop
+
+        return run_peer(campaign, task_name, run, seed, record, console)
     return _train_and_score(
         campaign,
         task_name,
@@ -72,6 +87,12 @@ def run_one(campaign: Campaign, task_name: str, run: str, seed: int, console: Co
         console,
         campaign.data_dir(task.name, run, seed),
     )
+
+
+def _peer_names() -> tuple[str, ...]:
+    from aclpipe.study.campaign.peers import PEER_NAMES
+
+    return PEER_NAMES
 
 
 def tune_one(campaign: Campaign, task_name: str, config: str, seed: int, console: Console) -> Path:

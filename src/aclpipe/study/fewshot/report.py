@@ -39,6 +39,7 @@ from aclpipe import atomic
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import (
+    FEWSHOT_PEERS_PNG,
     FEWSHOT_REPORTS,
     FEWSHOT_SCORES_PNG,
     FEWSHOT_SPREAD_PNG,
@@ -46,10 +47,12 @@ from aclpipe.layout import (
     RESULTS_JSON,
     RUN_RECORD,
 )
+from aclpipe.study.campaign.peers import PEER_NAMES
 from aclpipe.study.campaign.plan import Campaign
 from aclpipe.study.campaign.report import angle_summary, judge_pair, load_run, rule_use
 from aclpipe.study.campaign.stack_check import stack
 from aclpipe.study.fewshot.markdown import BELOW, ON, SPREAD_DRAWS
+from aclpipe.study.fewshot.peers import draw_peers, peer_claims, peer_family
 from aclpipe.study.stats import measures as scoring
 from aclpipe.study.stats import paired, verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
@@ -77,7 +80,7 @@ def load_cell(campaign: Campaign, task: str, n: int) -> dict[str, dict[int, dict
     for name, (run, size) in campaign.fewshot_runs.items():
         if size != n:
             continue
-        for seed in campaign.seeds:
+        for seed in campaign.seeds_at(task, name):
             folder = campaign.run_dir(task, name, seed)
             if (folder / RUN_RECORD).exists():
                 found.setdefault(run, {})[seed] = load_run(task, folder)
@@ -214,13 +217,14 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
     task, rules = get_task(task_name), campaign.verdicts
     resamples = rules.resamples
     found = load_cell(campaign, task_name, n)
-    runs = [r for r in campaign.runs if campaign.fewshot_runs[r][1] == n]
+    runs = [r for r in campaign.runs if campaign.fewshot_runs[r][1] == n and campaign.seeds_at(task_name, r)]
     bases = [campaign.fewshot_runs[r][0] for r in runs]
     out: dict[str, Any] = {
         "task": task_name,
         "n": n,
         "finished": sum(len(s) for s in found.values()),
-        "planned": len(bases) * len(campaign.seeds),
+        "planned": sum(len(campaign.seeds_at(task_name, r)) for r in runs),
+        "bases": bases,  # the runs planned at this (task, N)
         "runs": {},
         "stacks": dict(
             collections.Counter(
@@ -268,12 +272,17 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
                 row["verdict"], row["holds"] = verdicts.UNINFORMATIVE, False
             elif rule_run is not None and not row["rule_exercised"]:
                 row["verdict"], row["holds"] = NOT_EXERCISED, False
+        row["planned"] = min(len(campaign.seeds_at(task_name, f"{r}-n{n}")) for r in (a, b))
         out["claims"].append(row)
     out["spreads"] = [
         {"claim": claim, "question": question, "a": a, "b": b,
          **spread_claim(task, measures, a, b, bases, informative, labels, resamples)}
         for claim, question, a, b in SPREADS
     ]  # fmt: skip
+    if set(bases) & set(PEER_NAMES):  # the peers' claims (fewshot_peers)
+        out["peers"] = peer_claims(task, measures, informative, labels, rules)
+        for row in out["peers"]:
+            row["planned"] = min(len(campaign.seeds_at(task_name, f"{r}-n{n}")) for r in (row["a"], row["b"]))
     return out
 
 
@@ -314,7 +323,9 @@ def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
     from aclpipe.study.fewshot import wallclock
 
     cells = [summarise_cell(campaign, t, n) for t in campaign.tasks for n in campaign.fewshot]
+    cells = [c for c in cells if c["planned"]]  # a (task, N) the study plans a run at
     family(cells, campaign.verdicts)
+    peer_family(cells, campaign.verdicts)
     if not any(c["runs"] for c in cells):
         raise UserError(
             f"no finished runs under {campaign.layout.runs()}: run "
@@ -328,6 +339,9 @@ def write_fewshot_report(campaign: Campaign, reports_dir: Path) -> list[Path]:
     summary |= {"wallclock": clock} if clock else {}
     written = [out / RESULTS_JSON, out / FEWSHOT_SCORES_PNG, out / FEWSHOT_SPREAD_PNG]
     written.append(out / REPORTS_README)
+    if any("peers" in c for c in cells):
+        written.append(out / FEWSHOT_PEERS_PNG)
+        draw_peers(campaign, cells, written[-1])
     atomic.write_text(written[0], json.dumps(summary, indent=2) + "\n")
     fewshot_plots.draw_scores(campaign, cells, written[1])
     fewshot_plots.draw_spread(campaign, cells, written[2])
