@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from aclpipe.study.campaign_runner import pending
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
 from aclpipe.errors import UserError
-from aclpipe.study.campaign import load_campaign
+from aclpipe.study.campaign.plan import load_campaign
+from aclpipe.study.campaign.runner import pending
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {
@@ -249,10 +249,9 @@ def test_detectable_ratio_is_where_the_variance_test_has_half_power(draws) -> No
 
 @pytest.mark.slow
 def test_peer_claims_judge_each_method_against_setfit_and_ce_against_the_probe() -> None:
-    from aclpipe.study.measures import Measure
-
     from aclpipe.data.tasks import get_task
     from aclpipe.study.fewshot.peers import PEER_RESAMPLES, peer_claims, peer_family
+    from aclpipe.study.stats.measures import Measure
     from aclpipe.study.stats.verdicts import Rules
 
     task, rng = get_task("sst2"), np.random.default_rng(3)

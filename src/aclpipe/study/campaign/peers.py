@@ -279,7 +279,7 @@ def run_peer(campaign, task_name: str, run: str, seed: int, record: dict, consol
     from aclpipe.evaluation.scoring import exit_scores, majority_prediction, majority_scores
     from aclpipe.modeling.backbone import load_encoder
     from aclpipe.stages.evaluate import curves_csv
-    from aclpipe.study.campaign.runs import environment
+    from aclpipe.study.campaign.environment import environment
 
     task = get_task(task_name)
     if task.is_regression:

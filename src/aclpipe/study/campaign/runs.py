@@ -16,6 +16,7 @@ from aclpipe.config import Params
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import RUN_RECORD, TRAINING_LOG
+from aclpipe.study.campaign.environment import environment
 from aclpipe.study.campaign.plan import Campaign
 
 
@@ -157,23 +158,3 @@ def _train_and_score(
         (tmp / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(scratch, ignore_errors=True)  # 90 MB a run; the scores are what is kept
     return out
-
-
-def environment(device: str) -> dict[str, str]:
-    """Where a run ran: the same seed gives other weights on another device or library, and
-    another speed on another CPU (``cpu``: its name, from /proc/cpuinfo)."""
-    import platform
-
-    import torch
-    import transformers
-
-    from aclpipe.host import cpu_name
-
-    return {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "cpu": cpu_name(),
-        "torch": torch.__version__,
-        "cuda": str(torch.version.cuda) if device == "cuda" else "none",
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }

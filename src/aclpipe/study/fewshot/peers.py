@@ -27,7 +27,7 @@ from aclpipe.study.campaign.plan import Campaign
 from aclpipe.study.stats import verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, SUPERIORITY, Rules
 
-PEER_RESAMPLES = 10_000  # METHODS.md: 10,000 resamples for published verdicts
+PEER_RESAMPLES = 10_000  # docs/methods.md: 10,000 resamples for published verdicts
 PROJECT_METHODS = ("ce", "scl", "acl")
 # (claim id, question, A, B, kind)
 PEER_CLAIMS: list[tuple[str, str, str, str, str]] = [
@@ -209,14 +209,14 @@ def regime_section(campaign: Campaign, cells: list[dict]) -> list[str]:
         "- **Checkpoint**: all-MiniLM-L6-v2, 6 layers, already trained contrastively on about "
         "1 billion sentence pairs with mean pooling: close to the worst case for a contrastive "
         "fine-tuning objective to add anything (SCL's gains were shown on RoBERTa-large). "
-        "Single exit; mean pooling instead of SCL's [CLS] (METHODS.md, Pooling: this "
+        "Single exit; mean pooling instead of SCL's [CLS] (docs/methods.md, Pooling: this "
         "checkpoint's [CLS] vector carries almost nothing below its last layers).",
         "- **Tasks**: SST-2, CoLA, MRPC and RTE. QNLI and MNLI, where SCL's paper shows its "
         "largest gains at N = 20 (QNLI 65.0 -> 75.7, MNLI 39.3 -> 42.7), are not in the study: "
         "their GLUE files are not among the data it reads. RTE stays out of SetFit's shot "
         "counts (N = 16-128) and of the peers: no method beat its majority class there at "
         "N = 20, 100 or 1000, so every comparison on it is uninformative.",
-        "- **Knobs**: tau and lambda of scl and acl are METHODS.md's defaults, untuned (no "
+        "- **Knobs**: tau and lambda of scl and acl are docs/methods.md's defaults, untuned (no "
         "validation split exists at these N); one recipe for every method at each N "
         f"({campaign.path}), the new N's by a rule written there before any of their runs.",
         "- **Analysis rules, and when each was fixed**: the non-inferiority margin (1 point) "
