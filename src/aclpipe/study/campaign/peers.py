@@ -61,7 +61,7 @@ class LinearProbeConfig:
 @dataclass(frozen=True)
 class SetFitConfig:
     environment: str = ".venv-setfit"  # its own virtual environment, relative to the root
-    requirements: str = "fewshot/peers/setfit-requirements.txt"  # what builds it
+    requirements: str | None = None  # the pinned file that builds it (the study names its own)
     num_iterations: int = 20  # pairs = 2 x num_iterations x N (the SetFit paper's R = 20)
     num_epochs: int = 1  # one pass over the pairs
     batch_size: int = 16
@@ -87,6 +87,8 @@ def parse_peers(body: Any, where: str) -> dict[str, Any]:
 
 def setup_command(config: SetFitConfig) -> str:
     """The command that builds SetFit's environment."""
+    if config.requirements is None:
+        return "`make setfit-env`"
     return (
         f"`make setfit-env` (python3 -m venv {config.environment} && "
         f"{config.environment}/bin/python -m pip install -r {config.requirements})"
