@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from threads import add_threads_option, apply_threads, machine  # noqa: E402
+from threads import add_threads_option, apply_threads, machine, recorded_path  # noqa: E402
 
 from aclpipe.early_exit.predict import Predictor  # noqa: E402
 
@@ -159,17 +159,6 @@ def measure(args, lines: list[str], labels: list[int], setting: dict, batch: int
                     a[key] == b[key] for a, b in zip(outputs["ee-onnx-int8"], outputs[other])
                 ) / len(lines)
     return result
-
-
-
-def recorded_path(path: Path) -> str:
-    """``path`` as the results file records it: relative to the working directory, else its
-    last parts (``models/<task>/<method>/export``), never an absolute machine path."""
-    path = path.resolve()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(Path(*path.parts[-4:]))
 
 
 def main() -> None:

@@ -22,8 +22,14 @@ per request, in order. A request's latency runs from its scheduled time to the l
 its answer (``p50_s``...; ``p50_from_send_s`` counts from the moment it was written instead,
 leaving out the generator's own lateness on a busy machine); one not answered within
 ``--timeout`` seconds counts as an error, as does any status but 200 (503 from a full queue
-included). Per rate: p50/p95/p99 latency, throughput (answers per second of the step) and
-errors. A server's steps stop at the first rate it cannot keep up with (errors over 5%, or p99
+included). Per rate: p50/p95/p99 latency, throughput and errors. Throughput is counted two
+ways: ``throughput_per_s``, every answer over the step's whole time, the drain of the last
+queued requests included; ``throughput_in_step_per_s``, the answers that came in while the
+arrivals lasted, per second of ``--seconds``: a closed-loop client's measure (wrk counts the
+answers within its duration), so that the two compare at one rate (peers.py). Near saturation
+they part: a queue built at a rate the server only just holds drains after the last arrival,
+which the first counts against the server (0.88 of wrk's rate, at wrk's rate, in an earlier
+run of peers.py, with every request answered). A server's steps stop at the first rate it cannot keep up with (errors over 5%, or p99
 over 1 s): past saturation.
 
 Targets, each a ratio from this one run: the highest rate held (p99 <= 50 ms and no
@@ -75,7 +81,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from threads import machine  # noqa: E402
+from threads import machine, recorded_path  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
 
@@ -154,8 +160,8 @@ class Client:
 
     REUSE_WITHIN = 2.0  # seconds; well inside the server's 5 s keep-alive
 
-    def __init__(self, port: int) -> None:
-        self.port, self.idle = port, []  # idle: (reader, writer, idle since)
+    def __init__(self, port: int, path: str = "/predict") -> None:
+        self.port, self.path, self.idle = port, path, []  # idle: (reader, writer, idle since)
         self.opened = 0
 
     async def _connection(self):
@@ -168,21 +174,26 @@ class Client:
         self.opened += 1
         return await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def post(self, body: bytes, headers: str = "") -> int:
-        """``headers``: extra header lines, each ending in CRLF."""
+    async def exchange(self, body: bytes, headers: str = "") -> tuple[int, bytes]:
+        """POST ``body`` to the client's path; the status and the answer's body. ``headers``:
+        extra header lines, each ending in CRLF."""
         reader, writer = await self._connection()
-        head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                f"\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        head = (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                f"application/json\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
         writer.write(head + body)
         header = await reader.readuntil(b"\r\n\r\n")
         status = int(header.split(b" ", 2)[1])
         length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
-        await reader.readexactly(length)
+        answer = await reader.readexactly(length)
         if re.search(rb"(?i)connection: *close", header):
             writer.close()
         else:
             self.idle.append((reader, writer, time.monotonic()))
-        return status
+        return status, answer
+
+    async def post(self, body: bytes, headers: str = "") -> int:
+        """``exchange``'s status alone."""
+        return (await self.exchange(body, headers))[0]
 
     def close(self) -> None:
         for _, writer, _ in self.idle:
@@ -199,22 +210,31 @@ def arrivals(rate: float, seconds: float, seed: int) -> list[float]:
     return times
 
 
+def predict_body(text: str) -> bytes:
+    """``aclpipe serve``'s /predict body for one sentence."""
+    return json.dumps({"text": text}).encode()
+
+
 async def offer(port: int, rate: float, seconds: float, sentences: list[str], seed: int,
-                timeout: float) -> dict:  # fmt: skip
-    """One step: Poisson arrivals at ``rate`` for ``seconds``; latencies and errors."""
+                timeout: float, path: str = "/predict", body=predict_body,
+                on_answer=None) -> dict:  # fmt: skip
+    """One step: Poisson arrivals at ``rate`` for ``seconds``; latencies and errors. Request
+    ``i`` posts ``body(sentences[i % len(sentences)])`` to ``path``; ``on_answer(i, answer)``,
+    when given, sees the body of each answer with status 200 (peers.py scores its label)."""
     times = arrivals(rate, seconds, seed)
-    client, loop = Client(port), asyncio.get_running_loop()
+    client, loop = Client(port, path), asyncio.get_running_loop()
     start = loop.time() + 0.05
     latencies: list[float] = []
     from_send: list[float] = []  # from the moment it was written: without the client's lag
+    in_step: list[bool] = []  # answered before the step's arrivals end
     errors: dict[str, int] = {}
 
     async def one(i: int, at: float) -> None:
         await asyncio.sleep(max(0.0, start + at - loop.time()))
-        body = json.dumps({"text": sentences[i % len(sentences)]}).encode()
+        request = body(sentences[i % len(sentences)])
         sent = loop.time()
         try:
-            status = await asyncio.wait_for(client.post(body), timeout)
+            status, answer = await asyncio.wait_for(client.exchange(request), timeout)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as err:
             errors[type(err).__name__] = errors.get(type(err).__name__, 0) + 1
             return
@@ -223,6 +243,9 @@ async def offer(port: int, rate: float, seconds: float, sentences: list[str], se
             return
         latencies.append(loop.time() - start - at)  # from its scheduled time: open loop
         from_send.append(loop.time() - sent)
+        in_step.append(loop.time() - start <= seconds)
+        if on_answer is not None:
+            on_answer(i, answer)
 
     await asyncio.gather(*(one(i, at) for i, at in enumerate(times)))
     took = loop.time() - start
@@ -241,6 +264,7 @@ async def offer(port: int, rate: float, seconds: float, sentences: list[str], se
         "errors_by_kind": errors,
         "error_share": round(failed / max(1, len(times)), 4),
         "throughput_per_s": round(len(latencies) / took, 2),
+        "throughput_in_step_per_s": round(sum(in_step) / seconds, 2),
         "p50_s": pct(0.50),
         "p95_s": pct(0.95),
         "p99_s": pct(0.99),
@@ -361,15 +385,6 @@ def plot(results: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-
-def recorded_path(path: Path) -> str:
-    """``path`` as the results file records it: relative to the working directory, else its
-    last parts (``models/<task>/<method>/export``), never an absolute machine path."""
-    path = path.resolve()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(Path(*path.parts[-4:]))
 async def closed_loop(port: int, connections: int, seconds: float, sentences: list[str],
                       headers: str = "", seed: int = 0) -> dict:  # fmt: skip
     """``connections`` clients, each on one keep-alive connection, each sending its next
@@ -597,7 +612,7 @@ def run_saturation(args, record: dict, setting: list[str], sentences: list[str])
     results = saturation(args, servers, sentences)
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "export": args.export.as_posix(),
+        "export": recorded_path(args.export),  # no machine path in results
         "default_setting": record.get("default_setting"),
         "machine": machine(),
         "stack": stack(),

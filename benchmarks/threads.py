@@ -1,4 +1,5 @@
-"""The benchmarks' shared ``--threads`` option.
+"""The benchmarks' shared ``--threads`` option, and what every results file records beside its
+figures: the machine and, for a model folder, a path that is no machine's (``recorded_path``).
 
 On a small shared machine PyTorch's default of one intra-op thread per core thrashes: a
 second thread waits on its busy sibling at every op, which swamps small ops and makes ratios
@@ -9,6 +10,7 @@ otherwise, and records the count it ran with.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -29,3 +31,13 @@ def apply_threads(threads: int) -> int:
     if threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def recorded_path(path: Path) -> str:
+    """``path`` as the results file records it: relative to the working directory, else its
+    last parts (``models/<task>/<method>/export``), never an absolute machine path."""
+    path = path.resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-4:]))
