@@ -23,7 +23,8 @@ import yaml
 from cli_helpers import invoke, tree
 from paths import RELATIVE, at
 
-from aclpipe.layout import MODEL_CONFIG, PARAMS, WEIGHTS
+from aclpipe.data.tasks import get_task
+from aclpipe.layout import MODEL_CONFIG, PARAMS, TOKENIZER, WEIGHTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "bad_inputs.md"
 Arrange = Callable[[Path], list[str]]  # makes the bad input in the project; returns the command
@@ -193,6 +194,40 @@ def empty_model_folder(work: Path) -> list[str]:
 def regression_task(work: Path) -> list[str]:
     assert invoke("prepare", "--task", "stsb").exit_code == 0
     return ["finetune", "--task", "stsb", "--method", "scl"]
+
+
+def trained_as(task: str, method: str, exits: list[int], pooling: str, *args: str) -> Arrange:
+    """export-hf ``args`` after a model of the tiny encoder with ``exits`` and ``pooling`` was
+    saved as finetune leaves one, as ``models/<task>/<method>``."""
+
+    def arrange(work: Path) -> list[str]:
+        from aclpipe.modeling.backbone import load_encoder, load_tokenizer
+        from aclpipe.modeling.model import ExitSpec, MultiExitModel
+
+        source = yaml.safe_load((work / PARAMS).read_text())["model"]["name"]
+        labels = 1 if get_task(task).embeds else 2
+        spec = ExitSpec(labels, exits, pooling, dropout=0.1)
+        folder = at(work).model(task, method)
+        MultiExitModel(load_encoder(source), spec).save(folder, base_model=source)
+        load_tokenizer(source).save_pretrained(str(folder / TOKENIZER))
+        return ["export-hf", "--task", task, "--method", method, *args]
+
+    return arrange
+
+
+def export_hf_to(out: str, file: str | None = None, folder: str | None = None) -> Arrange:
+    """export-hf of the trained ce model into ``out``, after a file was put at ``file`` or a
+    folder holding one at ``folder``."""
+
+    def arrange(work: Path) -> list[str]:
+        if folder is not None:
+            (work / folder).mkdir()
+            (work / folder / "notes.txt").write_text("notes\n", encoding="utf-8")
+        if file is not None:
+            (work / file).write_text("notes\n", encoding="utf-8")
+        return [*stage("export-hf"), "--out", out]
+
+    return arrange
 
 
 def _truncate(data: bytes) -> bytes:
@@ -405,6 +440,42 @@ CASES: list[Case] = [
          r"--output in\.txt/out\.jsonl cannot be written: in\.txt is a file, not a folder; give "
          r"a path in a folder",
          predict_to("in.txt/out.jsonl")),
+    # export-hf
+    Case("export-hf-unknown-method", "export-hf of a method aclpipe does not have",
+         r"unknown method 'acl_cl': use one of ce, scl", command(*stage("export-hf", method="acl_cl"))),
+    Case("export-hf-not-trained", "export-hf of a method that was never trained",
+         r"no trained model in models/sst2/joint \(missing aclpipe_model\.json",
+         command(*stage("export-hf", method="joint"))),
+    Case("export-hf-plain-mean-pooling", "--plain for a model pooled by mean",
+         r"--plain writes a stock BertForSequenceClassification, which cannot hold mean pooling "
+         r"\(the stock class pools \[CLS\] through its pooler\): drop --plain",
+         trained_as("sst2", "scl", [3], "mean", "--plain")),
+    Case("export-hf-plain-multi-exit", "--plain for a multi-exit model",
+         r"--plain writes a stock BertForSequenceClassification, which cannot hold 3 exits at "
+         r"layers \[1, 2, 3\] \(the stock class has one, on top\): drop --plain",
+         trained_as("sst2", "joint", [1, 2, 3], "cls", "--plain")),
+    Case("export-hf-plain-sentence-embeddings", "--plain for a sentence-embedding method",
+         r"--plain writes a stock classifier, and sentences is a sentence-embedding task: drop "
+         r"--plain", command(*stage("export-hf", task="sentences", method="simcse-unsup"), "--plain")),
+    Case("export-hf-layer-attention-sentence-transformers",
+         "a sentence-embedding model pooled by layer attention",
+         r"layer-attention pooling has no sentence-transformers module: export-hf writes "
+         r"sentence-transformers folders for mean and cls pooling",
+         trained_as("sentences", "simcse-unsup", [3], "layer-attention")),
+    Case("export-hf-out-is-a-file", "--out names a file", r"in\.txt is a file, and export-hf "
+         r"writes a folder: give --out a new folder's path", export_hf_to("in.txt", file="in.txt")),
+    Case("export-hf-out-foreign-folder", "--out names a folder export-hf did not write",
+         r"notes is a folder export-hf did not write, and export-hf replaces its folder whole: "
+         r"give --out a new folder's path", export_hf_to("notes", folder="notes")),
+    Case("export-hf-out-is-the-model", "--out names the trained model's own folder",
+         r"models/sst2/ce is a folder export-hf did not write",
+         export_hf_to(RELATIVE.model("sst2", "ce").as_posix())),
+    Case("export-hf-out-not-writable", "--out in a folder that cannot be made (a file stands "
+         "in its place)", r"--out in\.txt/hf cannot be written: in\.txt is a file, not a folder; "
+         r"give a path in a folder", export_hf_to("in.txt/hf", file="in.txt")),
+    Case("export-hf-out-several-models", "--out with more than one method",
+         r"--out names one folder but 2 task/method pairs were chosen",
+         command(*stage("export-hf", method="ce,joint"), "--out", "hf")),
     # training
     Case("nan-loss", "a learning rate so high that the loss becomes NaN",
          r"loss is nan at step 2 \(stage 1, epoch 1\): the learning rate is likely too high",

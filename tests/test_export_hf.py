@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from cli_helpers import invoke, ok
-from paths import at
+from cli_helpers import invoke, ok, tree
+from paths import RELATIVE, REPO, at
 
 from aclpipe.data.tasks import get_task
 from aclpipe.early_exit.policies import leaves
@@ -26,11 +27,21 @@ from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
 from aclpipe.early_exit.torch_engine import TorchEngine
 from aclpipe.errors import UserError
 from aclpipe.exits import hf_modeling
-from aclpipe.layout import EXPORT_TOKENIZER, HF_CARD, HF_MODELING, METRICS, MODEL_CONFIG, TOKENIZER
+from aclpipe.layout import (
+    DVC_YAML,
+    EXPORT_TOKENIZER,
+    HF_CARD,
+    HF_MODELING,
+    METRICS,
+    MODEL_CONFIG,
+    PARAMS,
+    TOKENIZER,
+    WEIGHTS,
+)
 from aclpipe.method_names import METHOD_NAMES
 from aclpipe.modeling.backbone import load_encoder, load_tokenizer, load_tokenizer_from
 from aclpipe.modeling.model import ExitSpec, MultiExitModel, load_multi_exit
-from aclpipe.stages.export_hf import export_hf
+from aclpipe.stages.export_hf import DATA_KNOBS, TRAIN_KNOBS, export_hf, written_by_export_hf
 
 SENTENCES = [
     "good",
@@ -320,6 +331,112 @@ def test_sentence_transformers_refuses_layer_attention(tmp_path, tiny_model_dir,
     with pytest.raises(UserError, match="layer-attention pooling has no sentence-transformers"):
         export_hf(get_task("sentences"), "simcse-unsup", make_params(), at(tmp_path))
     assert not at(tmp_path).hf_export("sentences", "simcse-unsup").exists()
+
+
+@pytest.mark.parametrize("before", ["absent", "empty", "own", "foreign", "file"])
+def test_out_folder_replaced_only_when_it_is_its_own(
+    before: str, tmp_path: Path, tiny_model_dir: Path, make_params
+) -> None:
+    """--out is replaced whole: absent, empty or an earlier export-hf folder are written;
+    a folder export-hf did not write, or a file, is refused and left as it was."""
+    spec = ExitSpec(2, exits=[3], pooling="cls", dropout=0.1)
+    save_trained(tmp_path, tiny_model_dir, "sst2", "ce", spec)
+    out = tmp_path / "out"
+    if before == "empty":
+        out.mkdir()
+    elif before == "own":
+        export_hf(get_task("sst2"), "ce", make_params(), at(tmp_path), out)
+    elif before == "foreign":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    elif before == "file":
+        out.write_text("mine\n", encoding="utf-8")
+    snapshot = tree(tmp_path)
+    if before in ("foreign", "file"):
+        with pytest.raises(UserError, match="export-hf did not write|is a file"):
+            export_hf(get_task("sst2"), "ce", make_params(), at(tmp_path), out)
+        assert tree(tmp_path) == snapshot
+    else:
+        export_hf(get_task("sst2"), "ce", make_params(), at(tmp_path), out)
+        assert written_by_export_hf(out) and (out / HF_MODELING).is_file()
+
+
+def dvc_stage(name: str) -> dict:
+    return yaml.safe_load((REPO / DVC_YAML).read_text(encoding="utf-8"))["stages"][name]
+
+
+def covered(path: str, deps: list[str]) -> bool:
+    return any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
+
+
+def aclpipe_imports(module: str) -> set[str]:
+    """The package's source files ``module`` imports, directly or through others (by AST)."""
+    src = REPO / "src"
+
+    def file_of(name: str) -> Path | None:
+        path = src.joinpath(*name.split("."))
+        for candidate in (path / "__init__.py", path.with_suffix(".py")):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        file = file_of(name)
+        if name in seen or file is None:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aclpipe"):
+                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("aclpipe")]
+    return {file_of(name).relative_to(REPO).as_posix() for name in seen}
+
+
+# what the stage's code imports but cannot change the folder: the package's face, its error
+# type, the exits package's docstring
+INERT = {"src/aclpipe/__init__.py", "src/aclpipe/errors.py", "src/aclpipe/exits/__init__.py"}
+
+
+PIPELINE = yaml.safe_load((REPO / PARAMS).read_text(encoding="utf-8"))["pipeline"]
+EXPORTED = [(t, m) for t in PIPELINE["tasks"] for m in PIPELINE["export_methods"]]
+
+
+@pytest.mark.parametrize("task,method", EXPORTED)
+def test_dvc_stage_agrees_with_the_cli(task: str, method: str, monkeypatch) -> None:
+    """dvc.yaml's export-hf stage: the exported methods (export-exits' matrix); a command the
+    CLI takes, which writes the layout's folder, the stage's one output; as dependencies the
+    files the stage reads (by the layout), every source file its code imports and the params
+    its card shows."""
+    from aclpipe.stages import export_hf as stage_module
+
+    stage = dvc_stage("export-hf")
+    assert stage["matrix"] == dvc_stage("export-exits")["matrix"]
+
+    def fill(text: str) -> str:
+        return text.replace("${item.task}", task).replace("${item.method}", method)
+
+    calls = []
+    monkeypatch.setattr(stage_module, "export_hf", lambda *a: calls.append(a) or Path())
+    monkeypatch.chdir(REPO)
+    command = shlex.split(fill(stage["cmd"]))
+    assert command[0] == "aclpipe"
+    ok(*command[1:])
+    ((chosen, name, _, layout, out, plain, _),) = calls
+    assert (chosen.name, name, out, plain) == (task, method, None, False)
+    assert [fill(o) for o in stage["outs"]] == [layout.hf_export(task, method).as_posix()]
+    deps = [fill(d) for d in stage["deps"]]
+    model, report = RELATIVE.model(task, method), RELATIVE.report(task, method)
+    reads = {model / WEIGHTS, model / MODEL_CONFIG, model / TOKENIZER,
+             RELATIVE.export(task, method), report / METRICS}  # fmt: skip
+    assert {d for d in deps if not d.startswith("src/")} == {p.as_posix() for p in reads}
+    assert all((REPO / d).exists() for d in deps if d.startswith("src/"))
+    code = aclpipe_imports("aclpipe.stages.export_hf") - INERT
+    assert [f for f in sorted(code) if not covered(f, deps)] == []
+    knobs = {f"train.{k}" for k in TRAIN_KNOBS} | {f"data.{k}" for k in DATA_KNOBS}
+    assert set(map(fill, stage["params"])) == {f"methods.{method}"} | knobs
 
 
 def test_cli_one_line_errors(tmp_path: Path, monkeypatch, params_dict) -> None:

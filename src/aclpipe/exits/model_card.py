@@ -16,6 +16,7 @@ import yaml
 from aclpipe.data.tasks import Task
 
 GLUE_HUB = "nyu-mll/glue"  # the dataset id the prepare stage reads GLUE from
+CARD_TAG = "aclpipe"  # every card's first tag: export-hf knows its own folders by it
 
 
 @dataclass
@@ -53,7 +54,7 @@ def front_matter(facts: CardFacts) -> dict:
         library_name=facts.library,
         license=facts.license,
         pipeline_tag="sentence-similarity" if embeds else "text-classification",
-        tags=["aclpipe", facts.method]
+        tags=[CARD_TAG, facts.method]
         + (["sentence-transformers", "feature-extraction"] if embeds else ["early-exit"]),
         metrics=list(task.metrics),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from aclpipe.config import Params
@@ -19,7 +20,7 @@ from aclpipe.data.tasks import Task
 from aclpipe.early_exit.settings import choose_default
 from aclpipe.errors import UserError
 from aclpipe.exits.hf_export import write_hf_folder, write_sentence_transformers
-from aclpipe.exits.model_card import CardFacts, render
+from aclpipe.exits.model_card import CARD_TAG, CardFacts, render
 from aclpipe.layout import CURVES_JSON, EXPORT_JSON, HF_CARD, METRICS, Layout
 from aclpipe.modeling.backbone import load_tokenizer_from, resolve_model
 from aclpipe.modeling.model import load_multi_exit
@@ -83,6 +84,42 @@ def recipe(method: str, params: Params, model) -> dict:
     }
 
 
+def written_by_export_hf(folder: Path) -> bool:
+    """Whether ``folder`` holds a model card export-hf wrote (tagged ``aclpipe``)."""
+    text = (folder / HF_CARD).read_text(encoding="utf-8") if (folder / HF_CARD).is_file() else ""
+    if not text.startswith("---"):
+        return False
+    import yaml
+
+    try:
+        meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return False
+    return isinstance(meta, dict) and CARD_TAG in (meta.get("tags") or [])
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse, before anything is read or written, a folder export-hf cannot write or must not
+    replace: it replaces its folder whole, so only an empty one or its own earlier output."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file, and export-hf writes a folder: give --out a new "
+                        "folder's path")  # fmt: skip
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not written_by_export_hf(out_dir):
+        raise UserError(
+            f"{out_dir} is a folder export-hf did not write, and export-hf replaces its folder "
+            "whole: give --out a new folder's path (or remove that folder first)"
+        )
+    parent = out_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"--out {out_dir} cannot be written: {parent} is a file, not a folder; "
+                        "give a path in a folder")  # fmt: skip
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out_dir} cannot be written: {parent} is not writable; give a "
+                        "path in a folder you can write to")  # fmt: skip
+
+
 def export_hf(
     task: Task,
     method: str,
@@ -100,6 +137,7 @@ def export_hf(
         )
     model_dir = layout.model(task.name, method)
     out_dir = out_dir or layout.hf_export(task.name, method)
+    check_out_dir(out_dir)
     model = load_multi_exit(model_dir).eval()
     tokenizer = load_tokenizer_from(model_dir)
     embeds = task.embeds
