@@ -8,7 +8,9 @@ assembles ``Params``; each stage takes only the sections it needs. ``methods.<na
 that method's own knobs record, which lives with the method
 (``aclpipe.training.knobs.KNOBS``): a knob the method does not read is an unknown key. Unknown keys, wrong types and out-of-range values are
 ``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
-same dotted keys as ``dvc exp run -S``.
+same dotted keys as ``dvc exp run -S``. A knob a file leaves out takes its one default, the
+field's in its dataclass; ``resolved`` writes every value out (the studies' loaders and
+``aclpipe params show`` use it).
 """
 
 from __future__ import annotations

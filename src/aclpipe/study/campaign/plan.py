@@ -1,7 +1,9 @@
 """The results campaign: every method, several seeds, real GLUE, run through DVC.
 
-``campaign/params.yaml`` is an ordinary params file (the knobs every run shares) plus a
-``campaign:`` section that says what to run::
+``campaign/params.yaml`` is an ordinary params file (the knobs every run shares, written only
+where they differ from the code's defaults: ``load_campaign`` fills in the rest and the knobs of
+every method the study runs, ``aclpipe.config.resolved``) plus a ``campaign:`` section that says
+what to run::
 
     campaign:
       tasks: [mrpc, rte, sst2]

@@ -1,6 +1,7 @@
 """The STS study (reports/sts/README.md): objective x pooling x seeds on one checkpoint.
 
-``sts/params.yaml`` is an ordinary aclpipe params file plus an ``sts:`` section::
+``sts/params.yaml`` is an ordinary aclpipe params file (only what the runs change from the code's
+defaults; ``load_study`` fills in the rest and the objectives' methods) plus an ``sts:`` section::
 
     sts:
       objectives: {unsup: {method: simcse-unsup, task: sentences},
