@@ -176,3 +176,14 @@ def test_bad_input_is_one_line(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+
+
+def test_show_without_a_params_file_prints_the_code_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    printed = ok("params", "show")
+    assert printed.startswith("# the code's defaults\n")
+    shown = yaml.safe_load(printed)
+    reference = every_value(list(shown["methods"]))
+    assert shown == reference and list(shown["methods"]) == []

@@ -62,7 +62,9 @@ def resolved_yaml(params: Path, campaign: Path | None, study: Path | None) -> st
 
         path, section, base = study, "sts", load_study(study).raw
     else:
-        return _dump(f"# {params}, every value", dataclasses.asdict(load_params(params)))
+        resolved = dataclasses.asdict(load_params(params))  # no params.yaml here: the defaults
+        head = f"# {params}, every value" if params.exists() else "# the code's defaults"
+        return _dump(head, resolved)
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))[section]  # checked by the loader
     head = f"# {path}, every value: {section}: as written, then the shared knobs resolved"
     return _dump(head, {section: spec, **base})
