@@ -35,7 +35,7 @@ def _recipe(campaign: Campaign) -> list[str]:
         f"`{name}` "
         + ", ".join(
             f"{k} {str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in methods[name].items()
+            for k, v in methods.get(name, {}).items()
             if k in keys
         )
         for name, keys in shown.items()
