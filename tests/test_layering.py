@@ -74,7 +74,8 @@ def test_the_pipeline_imports_no_study() -> None:
 # campaign with N as one more axis; then the faces, the command tables (with the campaign
 # commands, which run the campaign and the few-shot study alike). An arrow goes down a floor.
 STUDY_FACES = ("aclpipe.study", "aclpipe.study.cli", "aclpipe.study.campaign.cli",
-               "aclpipe.study.campaign.commands", "aclpipe.study.sts.cli")  # fmt: skip
+               "aclpipe.study.campaign.commands", "aclpipe.study.sts.cli",
+               "aclpipe.study.params_cli")  # fmt: skip
 STUDY_FLOORS = (
     ("aclpipe.study.stats",),
     ("aclpipe.study.angles", "aclpipe.study.sts"),
@@ -174,7 +175,7 @@ FORBIDDEN = ("sklearn", "datasets", "aclpipe.training", "aclpipe.config", "aclpi
 # The studies' command tables (option parsing only; their commands import a study when they run)
 # are part of the CLI every command loads.
 FACES = ("aclpipe.study", "aclpipe.study.cli", "aclpipe.study.campaign", "aclpipe.study.campaign.cli",
-         "aclpipe.study.sts", "aclpipe.study.sts.cli")  # fmt: skip
+         "aclpipe.study.sts", "aclpipe.study.sts.cli", "aclpipe.study.params_cli")  # fmt: skip
 
 
 @pytest.mark.slow

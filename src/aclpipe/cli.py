@@ -41,6 +41,7 @@ from aclpipe.layout import PARAMS
 from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
 from aclpipe.study.cli import app as study_app
 from aclpipe.study.cli import campaign_app, sts_app
+from aclpipe.study.params_cli import params_app
 
 __all__ = ["app", "parse_list"]
 
@@ -444,6 +445,7 @@ def tradeoff(
 app.add_typer(study_app)  # angles, sts-eval: the studies' commands
 app.add_typer(campaign_app, name="campaign")
 app.add_typer(sts_app, name="sts")
+app.add_typer(params_app, name="params")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,9 @@ assembles ``Params``; each stage takes only the sections it needs. ``methods.<na
 that method's own knobs record, which lives with the method
 (``aclpipe.training.knobs.KNOBS``): a knob the method does not read is an unknown key. Unknown keys, wrong types and out-of-range values are
 ``UserError``s that name the key and the fix. ``--set section.key=value`` overrides use the
-same dotted keys as ``dvc exp run -S``.
+same dotted keys as ``dvc exp run -S``. A knob a file leaves out takes its one default, the
+field's in its dataclass; ``resolved`` writes every value out (the studies' loaders and
+``aclpipe params show`` use it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ from aclpipe.evaluation.config import EvaluateConfig
 from aclpipe.layout import PARAMS
 from aclpipe.modeling.config import DEFAULT_MODEL, ModelConfig
 from aclpipe.training.config import TrainConfig
-from aclpipe.training.knobs import KNOBS, check_method
+from aclpipe.training.knobs import KNOBS, METHOD_NAMES, check_method
 
 # the sections, importable from here as before
 __all__ = ["DEFAULT_MODEL", "DataConfig", "EvaluateConfig", "ModelConfig", "Params", "TrainConfig"]
@@ -157,6 +160,21 @@ def params_from_dict(raw: dict[str, Any]) -> Params:
             raise UserError(f"methods.{method} must be a mapping of knobs, got {knobs!r}")
         built["methods"][method] = _build(KNOBS[method], knobs, f"methods.{method}")
     return Params(**built)
+
+
+def resolved(raw: dict[str, Any], methods: Iterable[str] = ()) -> dict[str, Any]:
+    """``raw`` with every value written out: each knob ``raw`` leaves out at its one default
+    (its section's dataclass), and a ``methods.<name>`` section for every method ``raw`` lists
+    or ``methods`` names, in the registry's order. A study's params file holds only what it
+    changes; its loader fills the rest in here, so that a run's params, overrides and record
+    read as if every value were written (``aclpipe params show`` prints the result)."""
+    if isinstance(raw, dict) and isinstance(raw.get("methods") or {}, dict):  # else: one line below
+        listed = raw.get("methods") or {}
+        for name in listed:
+            check_method(name, f"unknown method section methods.{name}")
+        wanted = {*listed, *(check_method(name) for name in methods)}
+        raw = {**raw, "methods": {n: listed.get(n) for n in METHOD_NAMES if n in wanted}}
+    return dataclasses.asdict(params_from_dict(raw))
 
 
 def _parse_value(text: str) -> Any:

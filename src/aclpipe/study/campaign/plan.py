@@ -1,7 +1,9 @@
 """The results campaign: every method, several seeds, real GLUE, run through DVC.
 
-``campaign/params.yaml`` is an ordinary params file (the knobs every run shares) plus a
-``campaign:`` section that says what to run::
+``campaign/params.yaml`` is an ordinary params file (the knobs every run shares, written only
+where they differ from the code's defaults: ``load_campaign`` fills in the rest and the knobs of
+every method the study runs, ``aclpipe.config.resolved``) plus a ``campaign:`` section that says
+what to run::
 
     campaign:
       tasks: [mrpc, rte, sst2]
@@ -71,7 +73,7 @@ from typing import Any
 
 import yaml
 
-from aclpipe.config import Params, apply_overrides, params_from_dict
+from aclpipe.config import Params, apply_overrides, params_from_dict, resolved
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import Layout
@@ -100,7 +102,9 @@ class Experiment:
 @dataclass
 class Campaign:
     path: Path  # campaign/params.yaml
-    base: dict[str, Any]  # the params file without its campaign section
+    # the params file without its campaign section, every value written out (config.resolved):
+    # the code's defaults under the file's, and the knobs of every method the study runs
+    base: dict[str, Any]
     tasks: list[str]
     seeds: list[int]
     runs: list[str]  # every run in table order: campaign.runs, campaign.ablations, experiment.runs
@@ -330,7 +334,7 @@ def load_campaign(path: Path) -> Campaign:
             dict(body.get("set") or {}),
         )
     cells = parse_cells(spec.get("cells"), path, tasks)
-    for name in runs + [r for block in cells.values() for r in block.runs]:
+    for name in runs + _cells_runs(cells):
         if name not in METHOD_NAMES and name not in variants and name not in PEER_NAMES:
             raise UserError(
                 f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHOD_NAMES)}), "
@@ -351,8 +355,11 @@ def load_campaign(path: Path) -> Campaign:
     plan = build_plan(runs, fewshot, tasks, seeds, cells) if fewshot else {}
     fewshot_runs = {name: (name.rsplit("-n", 1)[0], int(name.rsplit("-n", 1)[1])) for name in plan}
     fewshot = sorted({n for _, n in fewshot_runs.values()})  # the grid's N and the cells'
+    trained = [variants[r].method if r in variants else r for r in runs + _cells_runs(cells)]
+    trained += [tuning.method] if tuning else []
+    base = resolved(raw, [name for name in trained if name in METHOD_NAMES])  # the rest filled in
     campaign = Campaign(
-        path, raw, tasks, seeds, list(fewshot_runs) or runs, variants, settings, tuning,
+        path, base, tasks, seeds, list(fewshot_runs) or runs, variants, settings, tuning,
         ablations, ablation_seeds, fewshot, fewshot_settings, fewshot_runs,
         parse_resources(spec.get("resources"), "campaign.resources", path),
         experiment, rules_from(spec.get("verdicts"), f"campaign.verdicts in {path}"),
@@ -365,6 +372,11 @@ def load_campaign(path: Path) -> Campaign:
         for config in tuning.configs_for(task) if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
+
+
+def _cells_runs(cells: dict[str, Cells]) -> list[str]:
+    """The runs a few-shot study's blocks beside its grid plan."""
+    return [run for block in cells.values() for run in block.runs]
 
 
 def _fewshot(

@@ -22,23 +22,23 @@ def _interval(row: dict, signed: bool = True) -> str:
 
 
 def _recipe(campaign: Campaign) -> list[str]:
-    base = campaign.base
-    train, methods = base.get("train", {}), base.get("methods", {})
+    train, methods = campaign.base["train"], campaign.base["methods"]  # every value, filled in
     lines = ["| N | epochs | optimisation steps |", "| --- | --- | --- |"]
     for n in campaign.fewshot:
         params = campaign.params(campaign.tasks[0], next(
             r for r, (_, m) in campaign.fewshot_runs.items() if m == n), campaign.seeds[0])  # fmt: skip
         steps = params.train.epochs * -(-n // params.train.batch_size)
         lines.append(f"| {n} | {params.train.epochs} | {steps} |")
-    shown = ("tau", "lam", "acl_grad")
+    # the knobs each method's runs set (scl's acl_grad is the scl-grad variant's, off here)
+    shown = {"scl": ("tau", "lam"), "acl": ("tau", "lam", "acl_grad")}
     knobs = "; ".join(
         f"`{name}` "
         + ", ".join(
             f"{k} {str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in (methods.get(name) or {}).items()
-            if k in shown
+            for k, v in methods.get(name, {}).items()
+            if k in keys
         )
-        for name in ("scl", "acl")
+        for name, keys in shown.items()
     )
     return [
         f"Same for every method ({campaign.path}; its header says when and why each setting "

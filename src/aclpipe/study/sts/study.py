@@ -1,6 +1,7 @@
 """The STS study (reports/sts/README.md): objective x pooling x seeds on one checkpoint.
 
-``sts/params.yaml`` is an ordinary aclpipe params file plus an ``sts:`` section::
+``sts/params.yaml`` is an ordinary aclpipe params file (only what the runs change from the code's
+defaults; ``load_study`` fills in the rest and the objectives' methods) plus an ``sts:`` section::
 
     sts:
       objectives: {unsup: {method: simcse-unsup, task: sentences},
@@ -30,7 +31,7 @@ import yaml
 from rich.console import Console
 
 from aclpipe import atomic
-from aclpipe.config import Params, apply_overrides, params_from_dict
+from aclpipe.config import Params, apply_overrides, params_from_dict, resolved
 from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import META, RUN_RECORD, STS, TRAINING_LOG, Layout
@@ -50,7 +51,7 @@ class Objective:
 
 @dataclass
 class StsStudy:
-    raw: dict  # the params file without its sts: section
+    raw: dict  # the params file without its sts: section, every value written out
     objectives: dict[str, Objective]
     poolings: list[str]
     seeds: list[int]
@@ -112,9 +113,8 @@ def load_study(path: Path) -> StsStudy:
         raise UserError(f"sts.poolings has unknown {bad[0]!r}: use {', '.join(POOLINGS)}")
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise UserError(f"sts.seeds in {path} must be whole numbers, got {seeds}")
-    study = StsStudy(raw, objectives, list(poolings), list(seeds), verdicts=rules)
-    study.params()  # the shared knobs are checked now, not at the first run
-    return study
+    raw = resolved(raw, [o.method for o in objectives.values()])  # checked now, not at a run
+    return StsStudy(raw, objectives, list(poolings), list(seeds), verdicts=rules)
 
 
 def _pair_files(params: Params) -> dict:
