@@ -411,7 +411,7 @@ def write_reports(
     from aclpipe.study.campaign import markdown as campaign_markdown
     from aclpipe.study.campaign import overview as campaign_overview
     from aclpipe.study.campaign import plots as campaign_plots
-    from aclpipe.study.campaign import tuning
+    from aclpipe.study.campaign import results_page, tuning
 
     summaries = {}
     for task in campaign.tasks:
@@ -421,7 +421,7 @@ def write_reports(
         summaries[task] = summary
         out = campaign_markdown.campaign_reports(reports_dir, task)
         atomic.write_text(out / RESULTS_JSON, json.dumps(summary, indent=2) + "\n")
-        atomic.write_text(out / RESULTS_MD, campaign_markdown.task_markdown(campaign, summary))
+        atomic.write_text(out / RESULTS_MD, results_page.task_markdown(campaign, summary))
         campaign_plots.draw_exit_bands(campaign, summary, out / RESULTS_EXITS_PNG)
         if any("angles" in e for e in summary["runs"].values()):
             campaign_plots.draw_angle_histograms(summary, out / RESULTS_ANGLES_PNG)
