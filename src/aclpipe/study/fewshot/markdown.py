@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import collections
-
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import FEWSHOT_PEERS_PNG, FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study.campaign.plan import Campaign
-from aclpipe.study.fewshot.wallclock import LEDGER
+from aclpipe.study.fewshot.provenance import recipe_lines, stacks_lines, wallclock_lines
 
 
 def _pts(x: float | None, signed: bool = False) -> str:
@@ -19,37 +17,6 @@ def _interval(row: dict, signed: bool = True) -> str:
     if row.get("low") is None:
         return ""
     return f"[{_pts(row['low'], signed)}, {_pts(row['high'], signed)}]"
-
-
-def _recipe(campaign: Campaign) -> list[str]:
-    base = campaign.base
-    train, methods = base.get("train", {}), base.get("methods", {})
-    lines = ["| N | epochs | optimisation steps |", "| --- | --- | --- |"]
-    for n in campaign.fewshot:
-        params = campaign.params(campaign.tasks[0], next(
-            r for r, (_, m) in campaign.fewshot_runs.items() if m == n), campaign.seeds[0])  # fmt: skip
-        steps = params.train.epochs * -(-n // params.train.batch_size)
-        lines.append(f"| {n} | {params.train.epochs} | {steps} |")
-    shown = ("tau", "lam", "acl_grad")
-    knobs = "; ".join(
-        f"`{name}` "
-        + ", ".join(
-            f"{k} {str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in (methods.get(name) or {}).items()
-            if k in shown
-        )
-        for name in ("scl", "acl")
-    )
-    return [
-        f"Same for every method ({campaign.path}; its header says when and why each setting "
-        f"was fixed). Batch "
-        f"{train.get('batch_size')}, lr {train.get('lr')} (heads {train.get('head_lr')}), "
-        f"warm-up {train.get('warmup_ratio')} of the steps, weight decay "
-        f"{train.get('weight_decay')}, clipping {train.get('max_grad_norm')}; {knobs}. "
-        "No validation split: nothing is selected, dev is scored once per run.",
-        "",
-        *lines,
-    ]
 
 
 def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
@@ -242,77 +209,44 @@ def _on_majority(cells: list[dict]) -> list[str]:
     return out
 
 
-def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[str]:
-    """What the runs cost: ``wallclock.summarise`` of <study>/wallclock.tsv."""
-    if clock is None:
-        return []
-    untimed = finished - clock["runs"]
-    return [
-        "## Wall clock",
-        "",
-        f"From {campaign.root / LEDGER} (`aclpipe campaign wallclock --campaign {campaign.path}` "
-        "after each batch of runs, from the checkout that ran them): "
-        f"{clock['runs']} of the {finished} finished runs are timed"
-        + (f" ({untimed} ran before the ledger, untimed)" if untimed > 0 else "")
-        + f", {clock['first']} to {clock['last']} UTC. They took "
-        f"{clock['run_seconds'] / 3600:.1f} h of run time (a run: its log's first to last "
-        f"write; training, dev scoring and start-up) in {clock['wall_seconds'] / 3600:.1f} h of "
-        "wall clock (the union of the runs' intervals: runs side by side count once, the "
-        "time between sessions not at all). The runs shared the machine with whatever else "
-        "ran on it (the sessions' own tests and builds), so the runs of one cell differ in "
-        "time: the table gives the fastest and the slowest.",
-        "",
-        "| N | task | runs timed | seconds a run: mean (fastest-slowest) | run time (h) |",
-        "| --- | --- | --- | --- | --- |",
-        *(
-            f"| {c['n']} | {c['task']} | {c['runs']} | {c['mean_seconds']:.0f} "
-            f"({c['min_seconds']}-{c['max_seconds']}) | {c['run_seconds'] / 3600:.2f} |"
-            for c in clock["cells"]
-        ),
-        "",
-        *(
-            f"- Corrected by hand: {r['task']} {r['run']} N = {r['n']} seed {r['seed']}, "
-            f"{r['start_utc']} to {r['end_utc']}: {r['note']}"
-            for r in clock.get("notes", [])
-        ),
-        *([""] if clock.get("notes") else []),
-    ]
-
-
-def _stacks(cells: list[dict]) -> list[str]:
-    """Which stacks and CPUs the finished runs ran on, from their run.json."""
-    counts: collections.Counter = collections.Counter()
-    for cell in cells:
-        counts.update(cell.get("stacks", {}))
-    if not counts:
-        return []
-    unnamed = sum(n for name, n in counts.items() if name.startswith("cpu,"))
-    return [
-        "## Stacks",
-        "",
-        "From each run's run.json (`environment`):",
-        "",
-        *(f"- {name}: {n} run{'s' if n != 1 else ''}" for name, n in sorted(counts.items())),
-        "",
-        *(
-            [
-                f"{unnamed} of these CPU runs do not name their CPU (run.json names it from "
-                "2026-12-05 on): the wall clock's times may come from more than one host.",
-                "",
-            ]
-            if unnamed
-            else []
-        ),
-    ]
-
-
 def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
+    """The whole README: how the study runs and judges, the recipe and figures, the verdicts at
+    a glance, the peers, where a method does not beat the majority class, the wall clock, the
+    stacks, and every task's tables."""
     from aclpipe.study.fewshot.peers import peer_section, regime_section, s2_power_section
 
     finished = sum(c["finished"] for c in cells)
-    planned, draws, rules = sum(c["planned"] for c in cells), len(campaign.seeds), campaign.verdicts
-    fewer = SPREAD_DRAWS - 1  # the draws at which S2 has no interval
     lines = [
+        *_intro(campaign, cells, finished),
+        "## Verdicts at a glance",
+        "",
+        "A - B in points (x100) with its verdict, and whether the claim holds as its paper words "
+        "it; \"not after Holm\" where the verdict does not survive Holm's step-down over the "
+        "task's judged claims (its adjusted p exceeds the level); S2: the ratio of the sds over draws [95% interval]. "
+        "The sections per task below give every interval and p.",
+        "",
+        *_glance(cells, len(campaign.seeds)),
+        "",
+        *peer_section(campaign, cells),
+        *s2_power_section(campaign, cells),
+        *regime_section(campaign, cells),
+        "## Where a method does not beat the majority class",
+        "",
+        *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
+        "",
+        *wallclock_lines(campaign, clock, finished),
+        *stacks_lines(cells),
+    ]
+    for task in campaign.tasks:
+        lines += _task_section(campaign, cells, task)
+    return "\n".join(lines)
+
+
+def _intro(campaign: Campaign, cells: list[dict], finished: int) -> list[str]:
+    """The title, the runs done, how a run trains and a claim is judged, the recipe, figures."""
+    planned, rules = sum(c["planned"] for c in cells), campaign.verdicts
+    fewer = SPREAD_DRAWS - 1  # the draws at which S2 has no interval
+    return [
         "# Few-shot: SCL's claims in their own regime, and ACL beside them",
         "",
         f"Runs done: {finished} of {planned} ({len(campaign.seeds)} draws planned per task, N "
@@ -352,7 +286,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "",
         "## Recipe",
         "",
-        *_recipe(campaign),
+        *recipe_lines(campaign),
         "",
         f"![score against N]({FEWSHOT_SCORES_PNG})",
         "",
@@ -360,49 +294,33 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "",
         *([f"![the methods beside SetFit and the linear probe]({FEWSHOT_PEERS_PNG})", ""]
           if any("peers" in c for c in cells) else []),  # fmt: skip
-        "## Verdicts at a glance",
-        "",
-        "A - B in points (x100) with its verdict, and whether the claim holds as its paper words "
-        "it; \"not after Holm\" where the verdict does not survive Holm's step-down over the "
-        "task's judged claims (its adjusted p exceeds the level); S2: the ratio of the sds over draws [95% interval]. "
-        "The sections per task below give every interval and p.",
-        "",
-        *_glance(cells, draws),
-        "",
-        *peer_section(campaign, cells),
-        *s2_power_section(campaign, cells),
-        *regime_section(campaign, cells),
-        "## Where a method does not beat the majority class",
-        "",
-        *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
-        "",
-        *_wallclock(campaign, clock, finished),
-        *_stacks(cells),
     ]
-    for task in campaign.tasks:
-        if not any(c["runs"] for c in cells if c["task"] == task):
-            lines += [f"## {task}", "", "No finished run yet.", ""]
-            continue
-        lines += [
-            f"## {task}",
-            "",
-            "Dev score: mean ± sd over draws [95% interval].",
-            "",
-            *_scores_table(campaign, cells, task),
-            "",
-            "Claims (final exit):",
-            "",
-            *_claims_table(cells, task, draws),
-            "",
-            "Spread over draws (S2; the sds over the draws both methods have, where the score "
-            "table's are over each method's own):",
-            "",
-            *_spread_table(cells, task, draws),
-            "",
-            f"Against {_floor(task)}: the method's score minus that of a constant guess of its "
-            "draws' majority class, 95% interval:",
-            "",
-            *_majority_table(campaign, cells, task),
-            "",
-        ]
-    return "\n".join(lines)
+
+
+def _task_section(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
+    """One task: its scores, claims, spreads and margins over the majority class."""
+    draws = len(campaign.seeds)
+    if not any(c["runs"] for c in cells if c["task"] == task):
+        return [f"## {task}", "", "No finished run yet.", ""]
+    return [
+        f"## {task}",
+        "",
+        "Dev score: mean ± sd over draws [95% interval].",
+        "",
+        *_scores_table(campaign, cells, task),
+        "",
+        "Claims (final exit):",
+        "",
+        *_claims_table(cells, task, draws),
+        "",
+        "Spread over draws (S2; the sds over the draws both methods have, where the score "
+        "table's are over each method's own):",
+        "",
+        *_spread_table(cells, task, draws),
+        "",
+        f"Against {_floor(task)}: the method's score minus that of a constant guess of its "
+        "draws' majority class, 95% interval:",
+        "",
+        *_majority_table(campaign, cells, task),
+        "",
+    ]
