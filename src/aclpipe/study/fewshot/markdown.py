@@ -53,6 +53,8 @@ def _partial(draws: int, planned: int) -> str:
 
 
 def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
+    from aclpipe.study.fewshot.peers import holds_cell
+
     lines = [
         "| N | claim | question | A - B | 95% interval | p (one-sided) | Holm p | draws | "
         "verdict | holds |",
@@ -74,7 +76,7 @@ def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
                 f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
                 f"| {_interval(row)} | {_p(row['p'])} | {holm} | {len(row['seeds'])} | "
                 f"{row['verdict']}{_partial(len(row['seeds']), row.get('planned', planned))} | "
-                f"{'yes' if row['holds'] else 'no'} |"
+                f"{holds_cell(row)} |"
             )
     return lines
 
@@ -271,7 +273,9 @@ def _intro(campaign: Campaign, cells: list[dict], finished: int) -> list[str]:
         f"B by {100 * rules.margin:g} point (the margin fixed in advance); **inconclusive** "
         "otherwise; the p shown is the verdict's own. A claim **holds** as its paper words it: "
         "one that A beats or helps B when better, one that A \"outperforms or performs "
-        "comparably\" when better or comparable. **uninformative** when neither run beats its "
+        "comparably\" when better or comparable; the tables' holds column also asks it of "
+        "the Holm-adjusted p (\"no (not after Holm)\" where only the claim's own p is at "
+        "most the level). **uninformative** when neither run beats its "
         "draws' majority class; A3 is **rule not exercised** where ACL-Grad's rule altered "
         f"under {100 * rules.rule_floor:g}% of the steps. Holm p: Holm's step-down over a "
         "task's judged claims at every N, ± its Monte Carlo error. A1 is the ACL paper's claim "
