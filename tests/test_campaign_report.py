@@ -143,7 +143,7 @@ def test_figures_against_plain_references(built: Path) -> None:
     assert joint["average"]["mean"] == pytest.approx(statistics.fmean(per_exit))
     # Budgets: every table seed counts, each picked on validation (measures.budget_pick),
     # counted from ce's full model of the same seed.
-    from aclpipe.study.campaign.report import load_run
+    from aclpipe.study.campaign.run_folders import load_run
 
     ce_outputs = load_run("sst2", campaign.run_dir("sst2", "ce", 1))["outputs"]
     reference = scoring.final_scores(ce_outputs)
@@ -479,7 +479,7 @@ def test_a_late_ablation_does_not_hold_the_claims_rows_back(tmp_path: Path, para
 def test_budget_cells_against_a_plain_reference(tmp_path: Path, params_dict) -> None:
     """Over three seeds: the speed-up is the inverse of the mean dev time ratio, the range
     the per-seed speed-ups', and every seed counts, met or not, picked or not."""
-    from aclpipe.study.campaign.report import load_run
+    from aclpipe.study.campaign.run_folders import load_run
 
     path = write_campaign(tmp_path, params_dict(None), runs=["ce", "joint"])
     for seed in (1, 2, 3):

@@ -288,3 +288,43 @@ def test_peer_claims_judge_each_method_against_setfit_and_ce_against_the_probe()
             for i in range(3)
         )
     )
+
+
+@pytest.mark.parametrize("holm_below", [True, False])
+@pytest.mark.parametrize("kind", ["superiority", "non-inferiority"])
+@pytest.mark.parametrize("verdict", ["better", "worse", "comparable", "inconclusive", "uninformative"])
+def test_holds_column_follows_holm(verdict: str, kind: str, holm_below: bool) -> None:
+    """Both few-shot tables (the peers', a task's claims) answer "holds" after Holm: a claim
+    that holds on its own p but whose Holm-adjusted p exceeds the level reads "no (not after
+    Holm)"; the verdict is printed as before."""
+    from types import SimpleNamespace
+
+    from aclpipe.study.fewshot.markdown import _claims_table
+    from aclpipe.study.fewshot.peers import peer_family, peer_section
+    from aclpipe.study.stats import verdicts
+    from aclpipe.study.stats.verdicts import Rules
+
+    rules = Rules()
+    p = rules.alpha / 2 if holm_below else 0.058  # 0.058: SST-2 N = 20's P2, over the level
+    # the plain reference: the paper's wording; an uninformative claim holds nowhere and joins
+    # no family; a family of one leaves its p as Holm's
+    judged = verdict != "uninformative"
+    holds = judged and (verdict == "better" or (kind == "non-inferiority" and verdict == "comparable"))
+    expected = "no" if not holds else "yes" if p <= rules.alpha else "no (not after Holm)"
+
+    def row(claim: str, question: str) -> dict:
+        return {"claim": claim, "question": question, "a": "ce", "b": "linear-probe",
+                "kind": kind, "verdict": verdict, "holds": holds, "p": p, "difference": 0.02,
+                "low": -0.01, "high": 0.05, "seeds": [1, 2, 3], "planned": 3}  # fmt: skip
+
+    peer, own = row("P2", "ce beats the linear probe"), row("S1", "CE+SCL beats CE")
+    cells = [{"task": "sst2", "n": 20, "peers": [peer], "claims": [own]}]
+    peer_family(cells, rules)
+    verdicts.family([own] if judged else [], rules, rules.resamples)
+    assert ("holm_p" in peer) == ("holm_p" in own) == judged
+    peers = peer_section(SimpleNamespace(verdicts=rules), cells)
+    claims = _claims_table(cells, "sst2", 3)
+    for lines, head in ((peers, "| sst2 | 20 | P2 |"), (claims, "| 20 | S1 |")):
+        found = [line for line in lines if line.startswith(head)]
+        assert len(found) == 1 and found[0].split(" | ")[-1] == f"{expected} |"
+        assert f"| {verdict} |" in found[0]

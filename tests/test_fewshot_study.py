@@ -473,7 +473,7 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
 
 
 def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, params_dict) -> None:
-    from aclpipe.study.fewshot.markdown import _wallclock
+    from aclpipe.study.fewshot.provenance import wallclock_lines
 
     study = load_campaign(write_study(tmp_path, params_dict(None)))
     rows = [
@@ -484,12 +484,12 @@ def test_wall_clock_section_gives_each_cells_mean_fastest_and_slowest(tmp_path, 
             ("scl", "2026-12-04T16:00:30", "2026-12-04T16:02:30", "120"),
         ]
     ]  # fmt: skip
-    text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
+    text = "\n".join(wallclock_lines(study, wallclock.summarise(rows), finished=3))
     assert "2 of the 3 finished runs are timed (1 ran before the ledger, untimed)" in text
     assert "| 4 | sst2 | 2 | 90 (60-120) | 0.05 |" in text and "Corrected by hand" not in text
-    assert _wallclock(study, None, finished=3) == []
+    assert wallclock_lines(study, None, finished=3) == []
     rows[1]["note"] = "rerun after a kill"
-    text = "\n".join(_wallclock(study, wallclock.summarise(rows), finished=3))
+    text = "\n".join(wallclock_lines(study, wallclock.summarise(rows), finished=3))
     assert "- Corrected by hand: sst2 scl N = 4 seed 1, 2026-12-04T16:00:30 to 2026-12-04T16:02:30: rerun after a kill" in text
 
 
@@ -533,16 +533,16 @@ def test_verdicts_at_a_glance_give_each_claim_in_a_few_words() -> None:
 
 
 def test_stacks_section_counts_runs_per_stack_and_says_which_lack_their_cpu() -> None:
-    from aclpipe.study.fewshot.markdown import _stacks
+    from aclpipe.study.fewshot.provenance import stacks_lines
 
     old = "cpu, torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"  # before run.json named it
     new = "cpu: AMD EPYC (family 25, model 17), torch 2.13.0+cpu, transformers 5.25.0, Python 3.11.7"
     cells = [{"stacks": {old: 3, new: 1}}, {"stacks": {old: 2}}, {"runs": {}}]
-    text = "\n".join(_stacks(cells))
+    text = "\n".join(stacks_lines(cells))
     assert f"- {old}: 5 runs" in text and f"- {new}: 1 run\n" in text
     assert "5 of these CPU runs do not name their CPU" in text
-    assert "do not name" not in "\n".join(_stacks([{"stacks": {new: 2}}]))
-    assert _stacks([{"stacks": {}}]) == []
+    assert "do not name" not in "\n".join(stacks_lines([{"stacks": {new: 2}}]))
+    assert stacks_lines([{"stacks": {}}]) == []
 
 
 def test_birth_time_of_a_new_file_is_read_where_the_file_system_keeps_it(tmp_path) -> None:

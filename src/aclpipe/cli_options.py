@@ -39,6 +39,11 @@ def names_help(what: str, default: str) -> str:
     return f"{what}; repeat the option, or separate names with commas, for several. {default}"
 
 
+def reports_option(help: str):
+    """``--reports``: the folder a study's report command writes under."""
+    return Annotated[Path, typer.Option("--reports", help=help)]
+
+
 MethodsAlias = names_option("--methods", hidden=True)  # an earlier release's; still read
 
 TaskOpt = names_option(

@@ -212,115 +212,11 @@ def build_app(
     """The Starlette app over a running batcher; ``describe`` is /readyz's body, ``info``
     /info's (with ``watch``, ``early_exit.watch.Watch``, its live ``shadow`` section and the
     threshold in force)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    state = {"ready": True}
-    answers, tokenizer = Answers(predictor), predictor.tokenizer
-    # digests compared, so neither the key's bytes nor its length show in the timing
-    expected = None if settings.api_key is None else _digest(f"Bearer {settings.api_key}")
-
-    def error(status: int, kind: str, message: str, headers: dict | None = None) -> Response:
-        metrics.errors.labels(kind).inc()
-        return JSONResponse({"error": message, "kind": kind}, status, headers)
-
-    def refused(request) -> Response | None:
-        """401 unless the request carries the API key (compared in constant time)."""
-        if expected is None:
-            return None
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if hmac.compare_digest(_digest(f"{scheme.capitalize()} {token.strip()}"), expected):
-            return None
-        why = "no Authorization header" if not given else "a wrong or malformed key"
-        return error(
-            401, "unauthorized",
-            f"{request.url.path} needs the server's API key ({why}): send the header "
-            "Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"},
-        )  # fmt: skip
-
-    async def read_bytes(request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body:
-            raise BadRequest(413, "body_too_large", _too_large(int(declared), limits.max_body))
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limits.max_body:
-                raise BadRequest(413, "body_too_large", _too_large(len(body), limits.max_body))
-        return bytes(body)
-
-    async def predict(request) -> Response:
-        began = time.perf_counter()
-        if (denied := refused(request)) is not None:
-            return denied
-        try:
-            body = read_body(await read_bytes(request), limits)
-            tokenizing = time.perf_counter()
-            rows = tokenize(tokenizer, body.pairs)  # [n] token rows: checked before admission
-            tokenized = time.perf_counter()
-        except BadRequest as err:
-            return error(err.status, err.kind, err.message)
-        job = batcher.submit(rows)
-        if job is None:
-            return error(
-                503, "overloaded",
-                f"the queue holds its limit of {batcher.max_queue} records: retry after "
-                f"{RETRY_AFTER_SECONDS} s", {"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )  # fmt: skip
-        try:
-            outputs = await asyncio.wrap_future(job.future)
-        except Exception as err:  # noqa: BLE001 - the engine failed on this request's records
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            return error(
-                500, "engine",
-                f"the engine failed on this request's records ({type(err).__name__}: "
-                f"{reason}); other requests are unaffected: retry, and report it if it persists",
-            )  # fmt: skip
-        for _, _, layer in outputs:
-            metrics.exit_layer.observe(layer)
-        metrics.records.inc(len(outputs))
-        metrics.tokenization.observe(tokenized - tokenizing)
-        metrics.queue.observe(job.started - job.arrived)
-        metrics.inference.observe(job.finished - job.started)
-        metrics.latency.observe(time.perf_counter() - began)
-        return JSONResponse(answers(body, outputs))
-
-    async def healthz(request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(request) -> Response:
-        if not state["ready"]:
-            return JSONResponse({"ready": False, "reason": "draining"}, 503)
-        return JSONResponse({"ready": True, **describe})
-
-    async def information(request) -> Response:
-        if (denied := refused(request)) is not None:
-            return denied
-        if watch is None:
-            return JSONResponse(info)
-        shadow = watch.status()
-        setting = {**info.get("setting", {}), "threshold": shadow["threshold"]}
-        return JSONResponse({**info, "setting": setting, "shadow": shadow})
-
-    async def prometheus(request) -> Response:
-        if (denied := refused(request)) is not None:
-            return denied
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def http_error(request, exc: HTTPException) -> Response:
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
-        message = f"{request.method} {request.url.path}: {exc.detail}"
-        if exc.status_code in (404, 405):
-            message += ": use POST /predict, GET /info, /healthz, /readyz or /metrics"
-        return error(exc.status_code, kind, message)
-
-    async def internal_error(request, exc: Exception) -> Response:
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        return error(500, "internal", f"{type(exc).__name__}: {reason}")
+    routes = Routes(batcher, predictor, metrics, limits, settings, describe, info, watch)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -329,17 +225,139 @@ def build_app(
 
     app = Starlette(
         routes=[
-            Route("/predict", predict, methods=["POST"]),
-            Route("/info", information, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", prometheus, methods=["GET"]),
+            Route("/predict", routes.predict, methods=["POST"]),
+            Route("/info", routes.information, methods=["GET"]),
+            Route("/healthz", routes.healthz, methods=["GET"]),
+            Route("/readyz", routes.readyz, methods=["GET"]),
+            Route("/metrics", routes.prometheus, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        exception_handlers={HTTPException: routes.http_error, Exception: routes.internal_error},
         lifespan=lifespan,
     )
-    app.state.serving = state
+    app.state.serving = routes.state
     return app
+
+
+class Routes:
+    """The app's endpoints and error handlers over one batcher (``build_app``): every error is
+    one line of JSON with its kind, counted in ``metrics.errors``."""
+
+    def __init__(self, batcher, predictor, metrics: Metrics, limits: Limits,
+                 settings: ServeSettings, describe: dict, info: dict, watch=None) -> None:  # fmt: skip
+        from starlette.responses import JSONResponse, Response
+
+        self.json, self.response = JSONResponse, Response
+        self.batcher, self.metrics, self.limits = batcher, metrics, limits
+        self.describe, self.info, self.watch = describe, info, watch
+        self.state = {"ready": True}
+        self.answers, self.tokenizer = Answers(predictor), predictor.tokenizer
+        # digests compared, so neither the key's bytes nor its length show in the timing
+        self.expected = (
+            None if settings.api_key is None else _digest(f"Bearer {settings.api_key}")
+        )
+
+    def error(self, status: int, kind: str, message: str, headers: dict | None = None):
+        self.metrics.errors.labels(kind).inc()
+        return self.json({"error": message, "kind": kind}, status, headers)
+
+    def refused(self, request):
+        """401 unless the request carries the API key (compared in constant time)."""
+        if self.expected is None:
+            return None
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if hmac.compare_digest(_digest(f"{scheme.capitalize()} {token.strip()}"), self.expected):
+            return None
+        why = "no Authorization header" if not given else "a wrong or malformed key"
+        return self.error(
+            401, "unauthorized",
+            f"{request.url.path} needs the server's API key ({why}): send the header "
+            "Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"},
+        )  # fmt: skip
+
+    async def read_bytes(self, request) -> bytes:
+        limit = self.limits.max_body
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BadRequest(413, "body_too_large", _too_large(int(declared), limit))
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise BadRequest(413, "body_too_large", _too_large(len(body), limit))
+        return bytes(body)
+
+    async def predict(self, request):
+        began = time.perf_counter()
+        if (denied := self.refused(request)) is not None:
+            return denied
+        try:
+            body = read_body(await self.read_bytes(request), self.limits)
+            tokenizing = time.perf_counter()
+            rows = tokenize(self.tokenizer, body.pairs)  # [n] token rows: checked before admission
+            tokenized = time.perf_counter()
+        except BadRequest as err:
+            return self.error(err.status, err.kind, err.message)
+        job = self.batcher.submit(rows)
+        if job is None:
+            return self.error(
+                503, "overloaded",
+                f"the queue holds its limit of {self.batcher.max_queue} records: retry after "
+                f"{RETRY_AFTER_SECONDS} s", {"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )  # fmt: skip
+        try:
+            outputs = await asyncio.wrap_future(job.future)
+        except Exception as err:  # noqa: BLE001 - the engine failed on this request's records
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            return self.error(
+                500, "engine",
+                f"the engine failed on this request's records ({type(err).__name__}: "
+                f"{reason}); other requests are unaffected: retry, and report it if it persists",
+            )  # fmt: skip
+        metrics = self.metrics
+        for _, _, layer in outputs:
+            metrics.exit_layer.observe(layer)
+        metrics.records.inc(len(outputs))
+        metrics.tokenization.observe(tokenized - tokenizing)
+        metrics.queue.observe(job.started - job.arrived)
+        metrics.inference.observe(job.finished - job.started)
+        metrics.latency.observe(time.perf_counter() - began)
+        return self.json(self.answers(body, outputs))
+
+    async def healthz(self, request):
+        return self.json({"status": "ok"})
+
+    async def readyz(self, request):
+        if not self.state["ready"]:
+            return self.json({"ready": False, "reason": "draining"}, 503)
+        return self.json({"ready": True, **self.describe})
+
+    async def information(self, request):
+        if (denied := self.refused(request)) is not None:
+            return denied
+        if self.watch is None:
+            return self.json(self.info)
+        shadow = self.watch.status()
+        setting = {**self.info.get("setting", {}), "threshold": shadow["threshold"]}
+        return self.json({**self.info, "setting": setting, "shadow": shadow})
+
+    async def prometheus(self, request):
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        if (denied := self.refused(request)) is not None:
+            return denied
+        return self.response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(self, request, exc):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        if exc.status_code in (404, 405):
+            message += ": use POST /predict, GET /info, /healthz, /readyz or /metrics"
+        return self.error(exc.status_code, kind, message)
+
+    async def internal_error(self, request, exc: Exception):
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        return self.error(500, "internal", f"{type(exc).__name__}: {reason}")
 
 
 def _digest(text: str) -> bytes:
@@ -416,21 +434,8 @@ def serve(settings: ServeSettings) -> None:
             "--scheduler batch"
         )
     adapter = PredictorAdapter(predictor)
-    warm = tokenize(predictor.tokenizer, [(WARMUP_TEXT, None)])
     segments = SegmentAdapter(predictor) if s.scheduler == "iteration" else None
-    for size in (1, s.max_batch):  # warm: first runs allocate; a broken graph fails here
-        try:
-            adapter.answer(warm * size)
-            if segments is not None:
-                cohort = segments.start([(None, i) for i in range(size)], warm * size)
-                while cohort.owners:
-                    segments.step(cohort)
-        except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            raise UserError(
-                f"the model in {s.model} fails on a warm-up sentence ({type(err).__name__}: "
-                f"{reason}): export it again with `aclpipe export-exits`"
-            ) from err
+    _warm_up(s, predictor, adapter, segments)
     watch = make_watch(s, predictor, adapter if segments is None else segments)
     sock = bind(s.host, s.port)
     sys.setswitchinterval(SWITCH_INTERVAL)
@@ -449,18 +454,44 @@ def serve(settings: ServeSettings) -> None:
             segments, s.max_batch, s.max_queue,
             on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set, watch=watch,
         )  # fmt: skip
-    setting = predictor.policy if predictor.policy == NO_EXIT else (
-        f"{predictor.policy} {predictor.threshold:g}")  # fmt: skip
+    describe, info = _descriptions(s, predictor, adapter.exits, watch)
+    limits = Limits(s.max_body, s.max_queue, texts_read(predictor.task), predictor.task)
+    app = build_app(batcher, predictor, metrics, limits, s, describe, info, watch)
+    _announce(s, predictor, sock, watch)
+    _run(app, sock)
+
+
+def _warm_up(s: ServeSettings, predictor, adapter, segments) -> None:
+    """Run a warm-up sentence at batch 1 and at the largest batch, through the segments too
+    under --scheduler iteration: first runs allocate, and a broken graph fails here."""
+    warm = tokenize(predictor.tokenizer, [(WARMUP_TEXT, None)])
+    for size in (1, s.max_batch):
+        try:
+            adapter.answer(warm * size)
+            if segments is not None:
+                cohort = segments.start([(None, i) for i in range(size)], warm * size)
+                while cohort.owners:
+                    segments.step(cohort)
+        except Exception as err:  # onnxruntime's errors carry C++ detail over many lines
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            raise UserError(
+                f"the model in {s.model} fails on a warm-up sentence ({type(err).__name__}: "
+                f"{reason}): export it again with `aclpipe export-exits`"
+            ) from err
+
+
+def _descriptions(s: ServeSettings, predictor, exits: list[int], watch) -> tuple[dict, dict]:
+    """``(describe, info)``: /readyz's body and /info's."""
     describe = {
         "engine": predictor.engine_name, "policy": predictor.policy,
         "threshold": predictor.threshold, "setting_source": predictor.setting_source,
-        "exits": adapter.exits, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms,
+        "exits": exits, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "scheduler": s.scheduler,
     }  # fmt: skip
     info = {
         "model": str(s.model), "task": predictor.task, "labels": predictor.names,
         "num_labels": predictor.num_labels, "regression": predictor.regression,
-        "exits": adapter.exits,
+        "exits": exits,
         "setting": {"policy": predictor.policy, "threshold": predictor.threshold,
                     "source": predictor.setting_source},
         "engine": predictor.engine_name, "precision": s.precision, "scheduler": s.scheduler,
@@ -469,8 +500,14 @@ def serve(settings: ServeSettings) -> None:
     }  # fmt: skip
     if watch is not None:
         describe["shadow"], describe["recalibrate"] = s.shadow, s.recalibrate
-    limits = Limits(s.max_body, s.max_queue, texts_read(predictor.task), predictor.task)
-    app = build_app(batcher, predictor, metrics, limits, s, describe, info, watch)
+    return describe, info
+
+
+def _announce(s: ServeSettings, predictor, sock: socket.socket, watch) -> None:
+    """The address and the settings on stderr; a note when the port is open beyond this
+    machine without an API key."""
+    setting = predictor.policy if predictor.policy == NO_EXIT else (
+        f"{predictor.policy} {predictor.threshold:g}")  # fmt: skip
     bound_host, bound_port = sock.getsockname()[:2]
     print(
         f"aclpipe serve: http://{bound_host}:{bound_port} (engine {predictor.engine_name}, "
@@ -489,7 +526,6 @@ def serve(settings: ServeSettings) -> None:
             file=sys.stderr,
             flush=True,
         )
-    _run(app, sock)
 
 
 def _loopback(host: str) -> bool:

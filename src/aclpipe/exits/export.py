@@ -222,9 +222,7 @@ def export_exits(
     model = load_multi_exit(model_dir).eval()
     tokenizer = load_tokenizer_from(model_dir)
     rows = load_split(data_dir, task.dev_splits[0][0])
-    names = ["input_ids", "attention_mask"]
-    if uses_token_types(model, tokenizer):
-        names.append("token_type_ids")
+    names = _input_names(model, tokenizer)
     pad_id = model.encoder.config.pad_token_id or 0
     batches = parity_batches(rows, pad_id, names)
     model_type = model.encoder.config.model_type
@@ -232,25 +230,12 @@ def export_exits(
         start = time.perf_counter()
         graphs = write_segments(model, names, batches, tmp, model_type, opset)
         seconds = round(time.perf_counter() - start, 2)
-        for record in graphs["segments"]:
-            console.print(
-                f"exit {record['exit']}: {record['file']} (layers {record['layers'][0]}.."
-                f"{record['layers'][1]})  max |onnx - torch|: logits "
-                f"{record['max_abs_diff_logits']:.2e}, states {record['max_abs_diff_states']:.2e}, "
-                f"chain {record['chain_max_abs_diff_logits']:.2e}",
-                highlight=False,
-            )
+        _print_parity(console, graphs)
         write_tokenizer_file(tokenizer, tmp / EXPORT_TOKENIZER)
         save_model_folder(model, tokenizer, tmp / EXPORT_MODEL, task)
         logits = dev_logits(task, model, data_dir, batch_size)
         np.savez(tmp / DEV_LOGITS, **logits)
-        if curves_path is None or reference_path is None:
-            default = fallback("no curves.json given to the export", task.is_regression)
-        else:
-            default = choose_default(curves_path, reference_path, task.is_regression)
-        if default["source"] == "fallback":
-            console.print(f"note: default exit setting {default['policy']} "
-                          f"{default['threshold']}: {default['reason']}", highlight=False)  # fmt: skip
+        default = _default_setting(task, curves_path, reference_path, console)
         report = {
             "task": task.name,
             "model_type": model_type,
@@ -275,3 +260,38 @@ def export_exits(
             console.print(int8_line(report["int8"]), highlight=False)
         (tmp / EXPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def _input_names(model: MultiExitModel, tokenizer) -> list[str]:
+    """The graphs' inputs: ``token_type_ids`` only where the model reads them."""
+    names = ["input_ids", "attention_mask"]
+    if uses_token_types(model, tokenizer):
+        names.append("token_type_ids")
+    return names
+
+
+def _print_parity(console: Console, graphs: dict) -> None:
+    """One line per exit segment: its file, its layers, and how far ONNX is from torch."""
+    for record in graphs["segments"]:
+        console.print(
+            f"exit {record['exit']}: {record['file']} (layers {record['layers'][0]}.."
+            f"{record['layers'][1]})  max |onnx - torch|: logits "
+            f"{record['max_abs_diff_logits']:.2e}, states {record['max_abs_diff_states']:.2e}, "
+            f"chain {record['chain_max_abs_diff_logits']:.2e}",
+            highlight=False,
+        )
+
+
+def _default_setting(
+    task: Task, curves_path: Path | None, reference_path: Path | None, console: Console
+) -> dict:
+    """The export's default exit setting (``aclpipe.early_exit.settings``), with a note when it
+    falls back."""
+    if curves_path is None or reference_path is None:
+        default = fallback("no curves.json given to the export", task.is_regression)
+    else:
+        default = choose_default(curves_path, reference_path, task.is_regression)
+    if default["source"] == "fallback":
+        console.print(f"note: default exit setting {default['policy']} "
+                      f"{default['threshold']}: {default['reason']}", highlight=False)  # fmt: skip
+    return default

@@ -98,34 +98,16 @@ def evaluate(
             f"{task.name} is a sentence-embedding task: score it with `aclpipe sts-eval "
             f"--model-dir {model_dir}`"
         )
-    batch_size = cfg.batch_size
     console = console or Console()
     if cfg.sweep and cfg.timing_examples:
         check_engines(cfg.engines)  # before scoring: a missing onnxruntime says so at once
     model = load_multi_exit(model_dir).to(device)
     pad_id = model.encoder.config.pad_token_id or 0
-    exits = model.spec.exits
-    report = {"task": task.name, "method": method, "exits": exits, "splits": {}}
+    report = {"task": task.name, "method": method, "exits": model.spec.exits, "splits": {}}
     constant = majority_prediction(task, data_dir)
-    predictions = {"exits": np.asarray(exits, dtype=np.int64), "num_layers": model.num_layers}
-    for split in scored_splits(task, data_dir):
-        rows = load_split(data_dir, split)
-        logits = all_exit_logits(model, rows, batch_size, pad_id, task.is_regression, device)
-        labels = split_labels(rows, task)
-        predictions[f"{split}_logits"], predictions[f"{split}_labels"] = logits, labels
-        per_exit = exit_scores(task, logits, labels)
-        scores = [e["score"] for e in per_exit]
-        majority = majority_scores(task, constant, labels)
-        report["splits"][split] = {
-            "examples": len(rows),
-            "per_exit": [{"layer": k, **e} for k, e in zip(exits, per_exit)],
-            "final_score": scores[-1],
-            "average_over_exits": sum(scores) / len(scores),
-            "majority_score": majority["score"],
-            "majority_metrics": majority["metrics"],
-        }
-        if split == task.dev_splits[0][0]:
-            primary_rows, primary_logits = rows, logits
+    predictions, primary_rows, primary_logits = _score_splits(
+        task, model, data_dir, cfg.batch_size, pad_id, device, constant, report["splits"]
+    )
     primary = report["splits"][task.dev_splits[0][0]]
     report["final_score"] = primary["final_score"]
     report["average_over_exits"] = primary["average_over_exits"]
@@ -135,46 +117,8 @@ def evaluate(
     report["majority_prediction"] = (
         constant if task.is_regression else {"label": constant, "name": task.labels[constant]}
     )
-    curves = {
-        "task": task.name,
-        "method": method,
-        "split": task.dev_splits[0][0],
-        "exits": exits,
-        "num_layers": model.num_layers,
-        "points": [],
-    }
-    if cfg.sweep and model.num_exits > 1:
-        # The same examples as subsample(primary_rows, ...), with their positions kept.
-        timing_index = subsample(list(range(len(primary_rows))), cfg.timing_examples, seed=0)
-        timing_rows = [primary_rows[i] for i in timing_index]
-        model.to("cpu")  # speed is measured on the CPU, where early exit is shipped here
-        curves.update(
-            sweep(
-                task,
-                model,
-                primary_logits,
-                split_labels(primary_rows, task),
-                timing_rows,
-                pad_id,
-                cfg.grid_points,
-                cfg.timing_repeats,
-                cfg.patience_eps,
-                timing_index,
-                cfg.engines,
-            )
-        )
-        if f"{VALIDATION}_logits" in predictions:  # where exit settings are chosen
-            curves[VALIDATION] = quality_sweep(
-                task,
-                predictions[f"{VALIDATION}_logits"],
-                predictions[f"{VALIDATION}_labels"],
-                exits,
-                model.num_layers,
-                cfg.grid_points,
-                cfg.patience_eps,
-            )
-    else:
-        curves["full_model"] = {"score": report["final_score"]}
+    curves = _curves(task, method, model, cfg, pad_id, predictions, primary_rows, primary_logits,
+                     report["final_score"])  # fmt: skip
     with atomic.atomic_files(out_dir, last=METRICS) as tmp:  # one set, metrics last
         (tmp / METRICS).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         (tmp / CURVES_JSON).write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
@@ -186,6 +130,85 @@ def evaluate(
     if curves["points"]:
         console.print(render_curves(curves))
     return report
+
+
+def _score_splits(
+    task: Task, model, data_dir: Path, batch_size: int, pad_id: int, device: str, constant,
+    splits: dict,
+) -> tuple[dict, list, np.ndarray]:  # fmt: skip
+    """Score every exit on each scored split into ``splits`` (with the majority-class floor);
+    returns the per-example outputs for ``predictions.npz`` and the first dev split's rows and
+    logits ``[E, N, C]``."""
+    exits = model.spec.exits
+    predictions = {"exits": np.asarray(exits, dtype=np.int64), "num_layers": model.num_layers}
+    for split in scored_splits(task, data_dir):
+        rows = load_split(data_dir, split)
+        logits = all_exit_logits(model, rows, batch_size, pad_id, task.is_regression, device)
+        labels = split_labels(rows, task)
+        predictions[f"{split}_logits"], predictions[f"{split}_labels"] = logits, labels
+        per_exit = exit_scores(task, logits, labels)
+        scores = [e["score"] for e in per_exit]
+        majority = majority_scores(task, constant, labels)
+        splits[split] = {
+            "examples": len(rows),
+            "per_exit": [{"layer": k, **e} for k, e in zip(exits, per_exit)],
+            "final_score": scores[-1],
+            "average_over_exits": sum(scores) / len(scores),
+            "majority_score": majority["score"],
+            "majority_metrics": majority["metrics"],
+        }
+        if split == task.dev_splits[0][0]:
+            primary_rows, primary_logits = rows, logits
+    return predictions, primary_rows, primary_logits
+
+
+def _curves(
+    task: Task, method: str, model, cfg: EvaluateConfig, pad_id: int, predictions: dict,
+    primary_rows: list, primary_logits: np.ndarray, final_score: float,
+) -> dict:  # fmt: skip
+    """The exit policies swept on the first dev split, timed on the CPU, and on the validation
+    split, untimed (a multi-exit model with ``cfg.sweep``); else the full model's score."""
+    curves = {
+        "task": task.name,
+        "method": method,
+        "split": task.dev_splits[0][0],
+        "exits": model.spec.exits,
+        "num_layers": model.num_layers,
+        "points": [],
+    }
+    if not (cfg.sweep and model.num_exits > 1):
+        curves["full_model"] = {"score": final_score}
+        return curves
+    # The same examples as subsample(primary_rows, ...), with their positions kept.
+    timing_index = subsample(list(range(len(primary_rows))), cfg.timing_examples, seed=0)
+    timing_rows = [primary_rows[i] for i in timing_index]
+    model.to("cpu")  # speed is measured on the CPU, where early exit is shipped here
+    curves.update(
+        sweep(
+            task,
+            model,
+            primary_logits,
+            split_labels(primary_rows, task),
+            timing_rows,
+            pad_id,
+            cfg.grid_points,
+            cfg.timing_repeats,
+            cfg.patience_eps,
+            timing_index,
+            cfg.engines,
+        )
+    )
+    if f"{VALIDATION}_logits" in predictions:  # where exit settings are chosen
+        curves[VALIDATION] = quality_sweep(
+            task,
+            predictions[f"{VALIDATION}_logits"],
+            predictions[f"{VALIDATION}_labels"],
+            model.spec.exits,
+            model.num_layers,
+            cfg.grid_points,
+            cfg.patience_eps,
+        )
+    return curves
 
 
 def score_warnings(report: dict) -> list[str]:

@@ -185,6 +185,22 @@ def tradeoff(
               "model counts" for m, r in results.items() if not r["curves"] and len(r["metrics"]["exits"]) > 1]  # fmt: skip
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
+    report, points, summary = _summarise(task, task_dir, results, missing, budgets)
+    _print_tables(console, report, summary, full)
+    _write_files(task, task_dir, report, summary, points)
+    report["files"] = [str(task_dir / n) for n in NAMES]
+    console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
+    if not full:
+        console.print(f"every engine at batch 1 and 32, scores per exit: {task_dir / 'tradeoff.md'}"
+                      " (or --full)", highlight=False, soft_wrap=True)  # fmt: skip
+    return report
+
+
+def _summarise(
+    task: str, task_dir: Path, results: dict, missing: list[str], budgets: tuple[int, ...]
+) -> tuple[dict, dict[str, list[dict]], dict[str, dict]]:
+    """The report (budget rows, exit scores, names, warnings), each method's points and its
+    metrics."""
     ce_metrics = _read_json(task_dir / "ce" / METRICS)
     reference, majority = ce_metrics["final_score"], ce_metrics.get("majority_score")
     points = {m: method_points(r) for m, r in results.items()}
@@ -207,6 +223,10 @@ def tradeoff(
     summary = {m: r["metrics"] for m, r in results.items()}
     report["names"] = method_names(report, summary)  # with the majority mark
     report["warnings"] = warnings(report, summary)
+    return report, points, summary
+
+
+def _print_tables(console: Console, report: dict, summary: dict[str, dict], full: bool) -> None:
     if full:
         console.print(render_budget_table(report))
         console.print(render_exit_table(report, summary))
@@ -215,6 +235,13 @@ def tradeoff(
             console.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in report["warnings"]:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def _write_files(
+    task: str, task_dir: Path, report: dict, summary: dict[str, dict], points: dict
+) -> None:
+    """tradeoff.md and the CSVs and plots, as one set (the table last)."""
+    exit_scores, reference, majority = report["exit_scores"], report["reference"], report["majority"]
     timing = next((n for n in report["timing"].values() if n), None)
     texts = {
         TRADEOFF_MD: markdown(report, summary, timing),
@@ -232,12 +259,6 @@ def tradeoff(
         draw_score_vs_time(task, points, reference, tmp / PLOTS[0], majority)
         draw_exit_scores(task, exit_scores, report["num_layers"], reference, tmp / PLOTS[1],
                          majority)  # fmt: skip
-    report["files"] = [str(task_dir / n) for n in NAMES]
-    console.print(f"wrote {', '.join(NAMES)} in {task_dir}", highlight=False, soft_wrap=True)
-    if not full:
-        console.print(f"every engine at batch 1 and 32, scores per exit: {task_dir / 'tradeoff.md'}"
-                      " (or --full)", highlight=False, soft_wrap=True)  # fmt: skip
-    return report
 
 
 def validation_points(result: dict) -> list[dict] | None:

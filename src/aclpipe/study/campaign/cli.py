@@ -14,6 +14,7 @@ from aclpipe.cli_options import (
     LAYOUT,
     console,
     names_option,
+    reports_option,
     user_errors,
 )
 from aclpipe.layout import CAMPAIGN_PARAMS
@@ -34,6 +35,12 @@ RunSeedsOpt = names_option("--seed", what="Seed", default="Default: campaign.see
 RunRunsOpt = names_option(
     "--run", what="Run (ce, or one N of a few-shot study: ce-n20)", default="Default: every run."
 )
+TuningReportsOpt = reports_option("Where campaign/<task>/tuning.md goes.")
+ResultsReportsOpt = reports_option("Where README.md and campaign/<task>/results.md go.")
+# one run of the campaign: run and params name it alike
+OneTaskOpt = Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")]
+OneRunOpt = Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")]
+OneSeedOpt = Annotated[int, typer.Option("--seed", help="train.seed of this run.")]
 ThreadsOpt = Annotated[
     int | None,
     typer.Option(
@@ -77,9 +84,9 @@ def campaign_prepare(
 @campaign_app.command("run")
 @user_errors
 def campaign_run(
-    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
-    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
-    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    task: OneTaskOpt,
+    run: OneRunOpt,
+    seed: OneSeedOpt,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Train one run, score every exit and sweep the policies; writes
@@ -92,9 +99,9 @@ def campaign_run(
 @campaign_app.command("params")
 @user_errors
 def campaign_params(
-    task: Annotated[str, typer.Option("--task", "-t", help="A task of campaign.tasks.")],
-    run: Annotated[str, typer.Option("--run", "-r", help="A run of campaign.runs.")],
-    seed: Annotated[int, typer.Option("--seed", help="train.seed of this run.")],
+    task: OneTaskOpt,
+    run: OneRunOpt,
+    seed: OneSeedOpt,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
 ) -> None:
     """Print one run's params as an ordinary params file, to rerun it by hand with
@@ -139,9 +146,7 @@ def campaign_tune(
     backend: BackendOpt = "local",
     address: AddressOpt = None,
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
-    reports: Annotated[
-        Path, typer.Option("--reports", help="Where campaign/<task>/tuning.md goes.")
-    ] = REPORTS,
+    reports: TuningReportsOpt = REPORTS,
 ) -> None:
     """Choose the base recipe: train campaign.tune.method with every configuration of
     campaign.tune.grid not yet run, score them on the validation split, and write
@@ -214,9 +219,7 @@ def campaign_record(
 @user_errors
 def campaign_report(
     campaign: CampaignOpt = Path(CAMPAIGN_PARAMS),
-    reports: Annotated[
-        Path, typer.Option("--reports", help="Where README.md and campaign/<task>/results.md go.")
-    ] = REPORTS,
+    reports: ResultsReportsOpt = REPORTS,
 ) -> None:
     """Aggregate the finished runs into reports/campaign/<task>/results.{md,json}, plots, and
     reports/README.md (paired-bootstrap verdicts with 95% intervals; no model is run)."""

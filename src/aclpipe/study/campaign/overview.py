@@ -185,6 +185,20 @@ def recipe_lines(tuned: dict[str, dict], tasks: list[str]) -> list[str]:
 def overview_markdown(
     campaign: Campaign, summaries: dict[str, dict], tuned: dict[str, dict] | None = None
 ) -> str:
+    """The whole overview: where things ran, the context, in short, every task's claims and
+    controls, and where the papers' claims do not hold."""
+    parts = [
+        *_head(campaign, summaries),
+        *_context(summaries, tuned),
+        *_claims(summaries),
+        *_controls(summaries),
+        *_not_holding_section(summaries),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _head(campaign: Campaign, summaries: dict[str, dict]) -> list[str]:
+    """The title, runs done, the tasks' pages, and which stack ran which runs."""
     done = sum(s["finished"] for s in summaries.values())
     # every task of the campaign, those with no finished run (and no summary) included
     planned = sum(len(campaign.tasks_for(r)) * len(campaign.seeds_for(r)) for r in campaign.runs)
@@ -212,8 +226,12 @@ def overview_markdown(
     checked = stack_check.stack_sentence(
         stack_check.load_check(campaign.root / STACK_CHECK), set(stacks)
     )
-    parts += [checked] if checked else []
-    parts += [
+    return parts + ([checked] if checked else [])
+
+
+def _context(summaries: dict[str, dict], tuned: dict[str, dict] | None) -> list[str]:
+    """The context table, the thresholds, the recipes, the leak-free budgets, and in short."""
+    return [
         "## Context",
         context_table(summaries),
         "ce's final exit: mean ± sd over seeds [95% bootstrap interval]; ce - majority: the "
@@ -235,6 +253,12 @@ def overview_markdown(
         + '\n\nNo stronger than this: "holds" is the per-claim rule at 2.5% one-sided; '
         "family-wise is Holm over each task's papers' claims; inconclusive says only that no "
         "difference larger than its interval's ends was seen.",
+    ]
+
+
+def _claims(summaries: dict[str, dict]) -> list[str]:
+    """Every task's papers' claims, one line each, with its family line."""
+    parts = [
         "## The papers' claims",
         "Each line: A - B in points with its 95% interval from a paired bootstrap over the "
         "seeds both runs have and the dev examples, the p of the printed verdict, the verdict "
@@ -250,7 +274,11 @@ def overview_markdown(
             "\n".join(claim_line(c, summary) for c in claims),
             family_line(summary),
         ]
-    parts += ["## Own controls and ablations", "Comparisons no paper claims; never in a family."]
+    return parts
+
+
+def _controls(summaries: dict[str, dict]) -> list[str]:
+    parts = ["## Own controls and ablations", "Comparisons no paper claims; never in a family."]
     for task, summary in summaries.items():
         rows = [*summary.get("controls", []), summary["noise_floor"]]
         parts += [
@@ -258,8 +286,14 @@ def overview_markdown(
             "\n".join(claim_line(c, summary) for c in rows if c["verdict"] != "not in this campaign"),
             resolution_line(summary),
         ]
+    return parts
+
+
+def _not_holding_section(summaries: dict[str, dict]) -> list[str]:
+    """Where the papers' claims do not hold on an informative task; or that none was tested,
+    or that every one tested holds."""
     failing = not_holding(summaries)
-    parts += ["## Where the papers' claims do not hold here (informative tasks)"]
+    parts = ["## Where the papers' claims do not hold here (informative tasks)"]
     tested = sum(
         1
         for s in summaries.values()
@@ -279,7 +313,7 @@ def overview_markdown(
             f"Every papers' claim tested so far ({tested} task-claim pairs) holds by the "
             "per-claim rule where it was tested (family-wise: see each task's line above)."
         )
-    return "\n\n".join(parts) + "\n"
+    return parts
 
 
 def _margin(summaries: dict[str, dict]) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +30,20 @@ import numpy as np
 
 from aclpipe import atomic
 from aclpipe.data.tasks import get_task
-from aclpipe.errors import UserError
 from aclpipe.layout import (
-    METRICS,
-    PREDICTIONS,
     REPORTS_README,
     RESULTS_ANGLES_PNG,
     RESULTS_COST_PNG,
     RESULTS_EXITS_PNG,
     RESULTS_JSON,
     RESULTS_MD,
-    RUN_RECORD,
     VALIDATION,
 )
 from aclpipe.study.campaign import leak_free
 from aclpipe.study.campaign import speed as campaign_speed
 from aclpipe.study.campaign.plan import Campaign
 from aclpipe.study.campaign.plots import parent
+from aclpipe.study.campaign.run_folders import angle_summary, load_runs, rule_use
 from aclpipe.study.campaign.stack_check import stack
 from aclpipe.study.stats import measures as scoring
 from aclpipe.study.stats import paired, verdicts
@@ -92,60 +88,6 @@ NOISE_FLOOR = ("Noise floor: ce against deebert's final exit (the same CE fine-t
                "ce", "deebert", "final", SUPERIORITY, None)  # fmt: skip
 
 
-# --- run folders ------------------------------------------------------------------------------
-
-
-def load_run(task_name: str, folder: Path) -> dict:
-    """One run folder: ``{"record", "metrics", "outputs": scoring.RunOutputs, "folder"}``."""
-    task = get_task(task_name)
-    record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
-    if not (folder / PREDICTIONS).exists():
-        raise UserError(
-            f"{folder} has no {PREDICTIONS} (a run from before per-example outputs were kept): "
-            f"rerun it: delete the folder, then `{record.get('command', 'aclpipe campaign run')}`"
-        )
-    dev = task.dev_splits[0][0]
-    with np.load(folder / PREDICTIONS) as data:
-        arrays = {key: data[key] for key in data.files}
-    evaluate = record.get("params", {}).get("evaluate", {})
-    outputs = scoring.RunOutputs(
-        task,
-        arrays["exits"].astype(np.int64),
-        int(arrays["num_layers"]),
-        arrays[f"{dev}_logits"],
-        arrays[f"{dev}_labels"],
-        arrays.get(f"{VALIDATION}_logits"),
-        arrays.get(f"{VALIDATION}_labels"),
-        evaluate.get("grid_points", 11),
-        evaluate.get("patience_eps", 0.1),
-    )
-    metrics = json.loads((folder / METRICS).read_text(encoding="utf-8"))
-    return {"record": record, "metrics": metrics, "outputs": outputs, "folder": folder}
-
-
-def load_runs(campaign: Campaign, task: str) -> dict[str, dict[int, dict]]:
-    """``{run: {seed: run folder}}`` of the campaign's planned runs that have finished."""
-    found: dict[str, dict[int, dict]] = {}
-    for run in (r for r in campaign.runs if task in campaign.tasks_for(r)):
-        for seed in campaign.seeds_for(run):
-            folder = campaign.run_dir(task, run, seed)
-            if (folder / RUN_RECORD).exists():
-                found.setdefault(run, {})[seed] = load_run(task, folder)
-    check_same_data([r for s in found.values() for r in s.values()])
-    return found
-
-
-def check_same_data(runs: list[dict]) -> None:
-    """Every run of a task was trained and scored on the same prepared data (the same dev
-    labels in the same order and the same data record), so that a paired comparison pairs
-    the same examples: ``paired.check_same_examples``."""
-    paired.check_same_examples(
-        [(r["folder"], r["outputs"].dev_labels, r["record"].get("data")) for r in runs],
-        "dev",
-        "rerun it on the campaign's prepared data",
-    )
-
-
 # --- one task ---------------------------------------------------------------------------------
 
 
@@ -153,6 +95,44 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     """Every figure of a task's report, from its run folders (no forward passes)."""
     t = get_task(task)
     found = load_runs(campaign, task)
+    out, planned, table_seeds = _seed_sets(campaign, task, found, resamples)
+    any_run = next((r for by_seed in found.values() for r in by_seed.values()), None)
+    if any_run is None:
+        return out
+    _describe_data(out, t, found, any_run)
+    labels = any_run["outputs"].dev_labels
+    references = campaign_speed.references(found)
+    out["budget_reference"] = campaign_speed.BUDGET_REFERENCE if references else None
+    measures: dict[str, dict[str, dict[int, scoring.Measure]]] = {}
+    for run in campaign.runs:
+        if run not in found:
+            continue
+        by_seed = found[run]
+        measures[run] = {
+            m: {s: x for s, r in by_seed.items() if (x := scoring.measure(r["outputs"], m))}
+            for m in scoring.MEASURES
+        }
+        if not table_seeds[run]:  # none of its seeds is complete yet: in left_out, claims only
+            continue
+        out["runs"][run] = _run_entry(
+            t, run, {s: by_seed[s] for s in table_seeds[run]}, measures[run], labels, resamples,
+            out["majority"], references,
+        )  # fmt: skip
+    out["beside"] = _beside(campaign, t, out, found, measures, labels, resamples)
+    _judge_claims(campaign, t, out, {"found": found, "measures": measures, "planned": planned,
+                                     "labels": labels})  # fmt: skip
+    leaks = leak_free.summarise(campaign, task, found)
+    if leaks is not None:
+        out["leak_free"] = leaks
+    return out
+
+
+def _seed_sets(
+    campaign: Campaign, task: str, found: dict, resamples: int
+) -> tuple[dict[str, Any], dict[str, list[int]], dict[str, list[int]]]:
+    """The summary's head (which runs are planned, finished, missing, and the seeds every run
+    of a set has finished), the planned seeds by run, and the seeds each run's table row is
+    over."""
     finished = {run: sorted(by_seed) for run, by_seed in found.items()}
     planned = {r: campaign.seeds_for(r) for r in campaign.runs if task in campaign.tasks_for(r)}
     all_seeds = sorted({s for seeds in planned.values() for s in seeds})
@@ -187,9 +167,11 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
         for run, seeds in table_seeds.items()
         if len(seeds) < len(finished[run])
     }
-    any_run = next((r for by_seed in found.values() for r in by_seed.values()), None)
-    if any_run is None:
-        return out
+    return out, planned, table_seeds
+
+
+def _describe_data(out: dict[str, Any], t, found: dict, any_run: dict) -> None:
+    """The data, the majority-class scores, whether every run has validation rows, the stacks."""
     splits = any_run["metrics"].get("splits", {})
     out["data"] = any_run["record"].get("data")
     out["majority"] = {
@@ -199,35 +181,22 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     out["has_validation"] = all(
         r["outputs"].validation_logits is not None for s in found.values() for r in s.values()
     )
-    labels = any_run["outputs"].dev_labels
     out["stacks"] = dict(
         collections.Counter(stack(r["record"]) for s in found.values() for r in s.values())
     )
-    references = campaign_speed.references(found)
-    out["budget_reference"] = campaign_speed.BUDGET_REFERENCE if references else None
-    measures: dict[str, dict[str, dict[int, scoring.Measure]]] = {}
-    for run in campaign.runs:
-        if run not in found:
-            continue
-        by_seed = found[run]
-        measures[run] = {
-            m: {s: x for s, r in by_seed.items() if (x := scoring.measure(r["outputs"], m))}
-            for m in scoring.MEASURES
-        }
-        if not table_seeds[run]:  # none of its seeds is complete yet: in left_out, claims only
-            continue
-        out["runs"][run] = _run_entry(
-            t, run, {s: by_seed[s] for s in table_seeds[run]}, measures[run], labels, resamples,
-            out["majority"], references,
-        )  # fmt: skip
-    # Like with like: an ablation's row sits beside the run it changes over the same seeds.
-    out["beside"] = {}
-    for run in ablations:
+
+
+def _beside(
+    campaign: Campaign, t, out: dict[str, Any], found: dict, measures: dict, labels, resamples: int
+) -> dict[str, dict]:
+    """Like with like: an ablation's row sits beside the run it changes over the same seeds."""
+    beside = {}
+    for run in out["ablations"]:
         base = parent(campaign, run)
         if run in out["runs"] and base in found:
             seeds = [s for s in out["runs"][run]["seeds"] if s in found[base]]
             if seeds:
-                out["beside"][run] = {
+                beside[run] = {
                     "run": base,
                     "seeds": seeds,
                     **{
@@ -239,11 +208,16 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
                         for m in scoring.MEASURES
                     },
                 }
+    return beside
+
+
+def _judge_claims(campaign: Campaign, t, out: dict[str, Any], judged: dict) -> None:
+    """The rules, ce against the majority class, the claims, the controls, the noise floor and
+    the Holm family of the papers' claims."""
     rules = campaign.verdicts
     out["rules"] = {"margin": rules.margin, "resamples": rules.resamples,
                     "rule_floor": rules.rule_floor, "alpha": rules.alpha}  # fmt: skip
-    out["informative"] = _against_majority(t, found, out["data"], labels, rules)
-    judged = {"found": found, "measures": measures, "planned": planned, "labels": labels}
+    out["informative"] = _against_majority(t, judged["found"], out["data"], judged["labels"], rules)
     out["claims"] = [_claim(t, c, judged, rules) for c in CLAIMS]
     out["controls"] = [_claim(t, c, judged, rules) for c in CONTROLS]
     out["noise_floor"] = _claim(t, NOISE_FLOOR, judged, rules)
@@ -253,10 +227,6 @@ def summarise_task(campaign: Campaign, task: str, resamples: int = paired.RESAMP
     tested = [c for c in out["claims"] if c["verdict"] in verdicts.VERDICTS and informative]
     verdicts.family(tested, rules, rules.resamples)
     out["family"] = len(tested)
-    leaks = leak_free.summarise(campaign, task, found)
-    if leaks is not None:
-        out["leak_free"] = leaks
-    return out
 
 
 def majority_label(task, data: dict | None) -> int | None:
@@ -330,31 +300,6 @@ def _run_entry(task, run, by_seed, measures, labels, resamples, majority, refere
     return entry
 
 
-def angle_summary(by_seed: dict) -> dict:
-    from aclpipe.run_log import has_run_log
-    from aclpipe.study.angles import read_angles
-    from aclpipe.study.angles import summarise as summarise_angles
-
-    folders = [r["folder"] for _, r in sorted(by_seed.items())]
-    angles = [read_angles(f) if has_run_log(f) else ([], []) for f in folders]
-    if not any(a for a, _ in angles):
-        return {}
-    pooled = [a for seed_angles, _ in angles for a in seed_angles]
-    per_seed = [summarise_angles(a, f) for a, f in angles if a]
-    bins = [0] * 18  # [0, 10), [10, 20), ... [170, 180] degrees
-    for a in pooled:
-        bins[min(int(a // 10), 17)] += 1
-    return {
-        "angles": {
-            "steps": len(pooled),
-            "share_over_90": campaign_speed.over_seeds([x["share_over_90"] for x in per_seed]),
-            "altered_rate": campaign_speed.over_seeds([x["altered_rate"] for x in per_seed]),
-            "mean_angle": statistics.fmean(pooled),
-            "histogram": bins,
-        }
-    }
-
-
 def _claim(task, claim, judged: dict, rules) -> dict:
     question, a, b, measure, kind, rule_run = claim
     row: dict[str, Any] = {"question": question, "a": a, "b": b, "measure": measure,
@@ -384,21 +329,6 @@ def _claim(task, claim, judged: dict, rules) -> dict:
     return row
 
 
-def rule_use(by_seed: dict, seeds: list[int], rules) -> dict:
-    """The share of training steps the rule run's gradient rule altered, over ``seeds``."""
-    from aclpipe.run_log import has_run_log
-    from aclpipe.study.angles import read_angles
-
-    altered = [
-        flag
-        for s in seeds
-        if has_run_log(by_seed[s]["folder"])
-        for flag in read_angles(by_seed[s]["folder"])[1]
-    ]
-    share, used = verdicts.exercised(altered, rules.rule_floor)
-    return {"rule_altered": share, "rule_steps": len(altered), "rule_exercised": used}
-
-
 # --- files ------------------------------------------------------------------------------------
 
 
@@ -411,7 +341,7 @@ def write_reports(
     from aclpipe.study.campaign import markdown as campaign_markdown
     from aclpipe.study.campaign import overview as campaign_overview
     from aclpipe.study.campaign import plots as campaign_plots
-    from aclpipe.study.campaign import tuning
+    from aclpipe.study.campaign import results_page, tuning
 
     summaries = {}
     for task in campaign.tasks:
@@ -421,7 +351,7 @@ def write_reports(
         summaries[task] = summary
         out = campaign_markdown.campaign_reports(reports_dir, task)
         atomic.write_text(out / RESULTS_JSON, json.dumps(summary, indent=2) + "\n")
-        atomic.write_text(out / RESULTS_MD, campaign_markdown.task_markdown(campaign, summary))
+        atomic.write_text(out / RESULTS_MD, results_page.task_markdown(campaign, summary))
         campaign_plots.draw_exit_bands(campaign, summary, out / RESULTS_EXITS_PNG)
         if any("angles" in e for e in summary["runs"].values()):
             campaign_plots.draw_angle_histograms(summary, out / RESULTS_ANGLES_PNG)

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import collections
-
 from aclpipe.data.tasks import get_task
 from aclpipe.layout import FEWSHOT_PEERS_PNG, FEWSHOT_SCORES_PNG, FEWSHOT_SPREAD_PNG
 from aclpipe.study.campaign.plan import Campaign
-from aclpipe.study.fewshot.wallclock import LEDGER
+from aclpipe.study.fewshot.provenance import recipe_lines, stacks_lines, wallclock_lines
 
 
 def _pts(x: float | None, signed: bool = False) -> str:
@@ -19,37 +17,6 @@ def _interval(row: dict, signed: bool = True) -> str:
     if row.get("low") is None:
         return ""
     return f"[{_pts(row['low'], signed)}, {_pts(row['high'], signed)}]"
-
-
-def _recipe(campaign: Campaign) -> list[str]:
-    train, methods = campaign.base["train"], campaign.base["methods"]  # every value, filled in
-    lines = ["| N | epochs | optimisation steps |", "| --- | --- | --- |"]
-    for n in campaign.fewshot:
-        params = campaign.params(campaign.tasks[0], next(
-            r for r, (_, m) in campaign.fewshot_runs.items() if m == n), campaign.seeds[0])  # fmt: skip
-        steps = params.train.epochs * -(-n // params.train.batch_size)
-        lines.append(f"| {n} | {params.train.epochs} | {steps} |")
-    # the knobs each method's runs set (scl's acl_grad is the scl-grad variant's, off here)
-    shown = {"scl": ("tau", "lam"), "acl": ("tau", "lam", "acl_grad")}
-    knobs = "; ".join(
-        f"`{name}` "
-        + ", ".join(
-            f"{k} {str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in methods.get(name, {}).items()
-            if k in keys
-        )
-        for name, keys in shown.items()
-    )
-    return [
-        f"Same for every method ({campaign.path}; its header says when and why each setting "
-        f"was fixed). Batch "
-        f"{train.get('batch_size')}, lr {train.get('lr')} (heads {train.get('head_lr')}), "
-        f"warm-up {train.get('warmup_ratio')} of the steps, weight decay "
-        f"{train.get('weight_decay')}, clipping {train.get('max_grad_norm')}; {knobs}. "
-        "No validation split: nothing is selected, dev is scored once per run.",
-        "",
-        *lines,
-    ]
 
 
 def _scores_table(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
@@ -86,6 +53,8 @@ def _partial(draws: int, planned: int) -> str:
 
 
 def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
+    from aclpipe.study.fewshot.peers import holds_cell
+
     lines = [
         "| N | claim | question | A - B | 95% interval | p (one-sided) | Holm p | draws | "
         "verdict | holds |",
@@ -107,7 +76,7 @@ def _claims_table(cells: list[dict], task: str, planned: int) -> list[str]:
                 f"| {cell['n']} | {row['claim']} | {question} | {_pts(row['difference'], True)} "
                 f"| {_interval(row)} | {_p(row['p'])} | {holm} | {len(row['seeds'])} | "
                 f"{row['verdict']}{_partial(len(row['seeds']), row.get('planned', planned))} | "
-                f"{'yes' if row['holds'] else 'no'} |"
+                f"{holds_cell(row)} |"
             )
     return lines
 
@@ -242,77 +211,44 @@ def _on_majority(cells: list[dict]) -> list[str]:
     return out
 
 
-def _wallclock(campaign: Campaign, clock: dict | None, finished: int) -> list[str]:
-    """What the runs cost: ``wallclock.summarise`` of <study>/wallclock.tsv."""
-    if clock is None:
-        return []
-    untimed = finished - clock["runs"]
-    return [
-        "## Wall clock",
-        "",
-        f"From {campaign.root / LEDGER} (`aclpipe campaign wallclock --campaign {campaign.path}` "
-        "after each batch of runs, from the checkout that ran them): "
-        f"{clock['runs']} of the {finished} finished runs are timed"
-        + (f" ({untimed} ran before the ledger, untimed)" if untimed > 0 else "")
-        + f", {clock['first']} to {clock['last']} UTC. They took "
-        f"{clock['run_seconds'] / 3600:.1f} h of run time (a run: its log's first to last "
-        f"write; training, dev scoring and start-up) in {clock['wall_seconds'] / 3600:.1f} h of "
-        "wall clock (the union of the runs' intervals: runs side by side count once, the "
-        "time between sessions not at all). The runs shared the machine with whatever else "
-        "ran on it (the sessions' own tests and builds), so the runs of one cell differ in "
-        "time: the table gives the fastest and the slowest.",
-        "",
-        "| N | task | runs timed | seconds a run: mean (fastest-slowest) | run time (h) |",
-        "| --- | --- | --- | --- | --- |",
-        *(
-            f"| {c['n']} | {c['task']} | {c['runs']} | {c['mean_seconds']:.0f} "
-            f"({c['min_seconds']}-{c['max_seconds']}) | {c['run_seconds'] / 3600:.2f} |"
-            for c in clock["cells"]
-        ),
-        "",
-        *(
-            f"- Corrected by hand: {r['task']} {r['run']} N = {r['n']} seed {r['seed']}, "
-            f"{r['start_utc']} to {r['end_utc']}: {r['note']}"
-            for r in clock.get("notes", [])
-        ),
-        *([""] if clock.get("notes") else []),
-    ]
-
-
-def _stacks(cells: list[dict]) -> list[str]:
-    """Which stacks and CPUs the finished runs ran on, from their run.json."""
-    counts: collections.Counter = collections.Counter()
-    for cell in cells:
-        counts.update(cell.get("stacks", {}))
-    if not counts:
-        return []
-    unnamed = sum(n for name, n in counts.items() if name.startswith("cpu,"))
-    return [
-        "## Stacks",
-        "",
-        "From each run's run.json (`environment`):",
-        "",
-        *(f"- {name}: {n} run{'s' if n != 1 else ''}" for name, n in sorted(counts.items())),
-        "",
-        *(
-            [
-                f"{unnamed} of these CPU runs do not name their CPU (run.json names it from "
-                "2026-12-05 on): the wall clock's times may come from more than one host.",
-                "",
-            ]
-            if unnamed
-            else []
-        ),
-    ]
-
-
 def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None = None) -> str:
+    """The whole README: how the study runs and judges, the recipe and figures, the verdicts at
+    a glance, the peers, where a method does not beat the majority class, the wall clock, the
+    stacks, and every task's tables."""
     from aclpipe.study.fewshot.peers import peer_section, regime_section, s2_power_section
 
     finished = sum(c["finished"] for c in cells)
-    planned, draws, rules = sum(c["planned"] for c in cells), len(campaign.seeds), campaign.verdicts
-    fewer = SPREAD_DRAWS - 1  # the draws at which S2 has no interval
     lines = [
+        *_intro(campaign, cells, finished),
+        "## Verdicts at a glance",
+        "",
+        "A - B in points (x100) with its verdict, and whether the claim holds as its paper words "
+        "it; \"not after Holm\" where the verdict does not survive Holm's step-down over the "
+        "task's judged claims (its adjusted p exceeds the level); S2: the ratio of the sds over draws [95% interval]. "
+        "The sections per task below give every interval and p.",
+        "",
+        *_glance(cells, len(campaign.seeds)),
+        "",
+        *peer_section(campaign, cells),
+        *s2_power_section(campaign, cells),
+        *regime_section(campaign, cells),
+        "## Where a method does not beat the majority class",
+        "",
+        *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
+        "",
+        *wallclock_lines(campaign, clock, finished),
+        *stacks_lines(cells),
+    ]
+    for task in campaign.tasks:
+        lines += _task_section(campaign, cells, task)
+    return "\n".join(lines)
+
+
+def _intro(campaign: Campaign, cells: list[dict], finished: int) -> list[str]:
+    """The title, the runs done, how a run trains and a claim is judged, the recipe, figures."""
+    planned, rules = sum(c["planned"] for c in cells), campaign.verdicts
+    fewer = SPREAD_DRAWS - 1  # the draws at which S2 has no interval
+    return [
         "# Few-shot: SCL's claims in their own regime, and ACL beside them",
         "",
         f"Runs done: {finished} of {planned} ({len(campaign.seeds)} draws planned per task, N "
@@ -337,7 +273,9 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         f"B by {100 * rules.margin:g} point (the margin fixed in advance); **inconclusive** "
         "otherwise; the p shown is the verdict's own. A claim **holds** as its paper words it: "
         "one that A beats or helps B when better, one that A \"outperforms or performs "
-        "comparably\" when better or comparable. **uninformative** when neither run beats its "
+        "comparably\" when better or comparable; the tables' holds column also asks it of "
+        "the Holm-adjusted p (\"no (not after Holm)\" where only the claim's own p is at "
+        "most the level). **uninformative** when neither run beats its "
         "draws' majority class; A3 is **rule not exercised** where ACL-Grad's rule altered "
         f"under {100 * rules.rule_floor:g}% of the steps. Holm p: Holm's step-down over a "
         "task's judged claims at every N, ± its Monte Carlo error. A1 is the ACL paper's claim "
@@ -352,7 +290,7 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "",
         "## Recipe",
         "",
-        *_recipe(campaign),
+        *recipe_lines(campaign),
         "",
         f"![score against N]({FEWSHOT_SCORES_PNG})",
         "",
@@ -360,49 +298,33 @@ def fewshot_markdown(campaign: Campaign, cells: list[dict], clock: dict | None =
         "",
         *([f"![the methods beside SetFit and the linear probe]({FEWSHOT_PEERS_PNG})", ""]
           if any("peers" in c for c in cells) else []),  # fmt: skip
-        "## Verdicts at a glance",
-        "",
-        "A - B in points (x100) with its verdict, and whether the claim holds as its paper words "
-        "it; \"not after Holm\" where the verdict does not survive Holm's step-down over the "
-        "task's judged claims (its adjusted p exceeds the level); S2: the ratio of the sds over draws [95% interval]. "
-        "The sections per task below give every interval and p.",
-        "",
-        *_glance(cells, draws),
-        "",
-        *peer_section(campaign, cells),
-        *s2_power_section(campaign, cells),
-        *regime_section(campaign, cells),
-        "## Where a method does not beat the majority class",
-        "",
-        *(_on_majority(cells) or ["- nowhere: every method beats the majority class at every N"]),
-        "",
-        *_wallclock(campaign, clock, finished),
-        *_stacks(cells),
     ]
-    for task in campaign.tasks:
-        if not any(c["runs"] for c in cells if c["task"] == task):
-            lines += [f"## {task}", "", "No finished run yet.", ""]
-            continue
-        lines += [
-            f"## {task}",
-            "",
-            "Dev score: mean ± sd over draws [95% interval].",
-            "",
-            *_scores_table(campaign, cells, task),
-            "",
-            "Claims (final exit):",
-            "",
-            *_claims_table(cells, task, draws),
-            "",
-            "Spread over draws (S2; the sds over the draws both methods have, where the score "
-            "table's are over each method's own):",
-            "",
-            *_spread_table(cells, task, draws),
-            "",
-            f"Against {_floor(task)}: the method's score minus that of a constant guess of its "
-            "draws' majority class, 95% interval:",
-            "",
-            *_majority_table(campaign, cells, task),
-            "",
-        ]
-    return "\n".join(lines)
+
+
+def _task_section(campaign: Campaign, cells: list[dict], task: str) -> list[str]:
+    """One task: its scores, claims, spreads and margins over the majority class."""
+    draws = len(campaign.seeds)
+    if not any(c["runs"] for c in cells if c["task"] == task):
+        return [f"## {task}", "", "No finished run yet.", ""]
+    return [
+        f"## {task}",
+        "",
+        "Dev score: mean ± sd over draws [95% interval].",
+        "",
+        *_scores_table(campaign, cells, task),
+        "",
+        "Claims (final exit):",
+        "",
+        *_claims_table(cells, task, draws),
+        "",
+        "Spread over draws (S2; the sds over the draws both methods have, where the score "
+        "table's are over each method's own):",
+        "",
+        *_spread_table(cells, task, draws),
+        "",
+        f"Against {_floor(task)}: the method's score minus that of a constant guess of its "
+        "draws' majority class, 95% interval:",
+        "",
+        *_majority_table(campaign, cells, task),
+        "",
+    ]

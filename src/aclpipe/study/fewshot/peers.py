@@ -100,6 +100,17 @@ def _pts(x: float | None, signed: bool = False) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
 
 
+def holds_cell(row: dict) -> str:
+    """A table's "holds": ``yes`` when the claim holds as its paper words it and, in a Holm
+    family, still after Holm's step-down; ``no (not after Holm)`` when it holds on its own p
+    alone (as "Verdicts at a glance" marks it); else ``no``."""
+    if not row["holds"]:
+        return "no"
+    if "holm_p" in row and not row.get("family_wise"):
+        return "no (not after Holm)"
+    return "yes"
+
+
 def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
     """The peer claims at every (task, N), one table."""
     rows = [(c, r) for c in cells for r in c.get("peers", [])]
@@ -124,7 +135,9 @@ def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
         f"{margin:g} point) and ce against the linear probe (P2, superiority): the paired "
         f"bootstrap over draws and dev examples with {PEER_RESAMPLES:,} resamples; Holm's "
         "step-down over the family `peers/<task>` (every judged P1 and P2 row of the task, "
-        "every N); uninformative where neither side beats its draws' majority class.",
+        "every N); uninformative where neither side beats its draws' majority class. A row "
+        "holds when its verdict does after Holm too: \"no (not after Holm)\" where only its "
+        "own p is at most the level.",
         "",
         "| task | N | claim | question | A - B | 95% interval | p (one-sided) | Holm p | draws | verdict | holds |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -144,7 +157,7 @@ def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
         lines.append(
             f"{head} | {_pts(row['difference'], True)} | [{_pts(row['low'], True)}, "
             f"{_pts(row['high'], True)}] | {p} | {holm} | {draws} | {row['verdict']}{partial} | "
-            f"{'yes' if row['holds'] else 'no'} |"
+            f"{holds_cell(row)} |"
         )
     cells_waiting = sorted({(c["task"], c["n"]) for c, _ in waiting}, key=lambda tn: (tn[0], tn[1]))
     if cells_waiting:

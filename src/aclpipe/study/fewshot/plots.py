@@ -88,43 +88,55 @@ def _majority(ax, value: float) -> None:
 
 def draw_scores(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Score against N per task: mean over draws, a band of +-1 sd, the majority dotted."""
-    fig, axes = _grid(campaign, 3.6)
-    colours, planned = _colours(campaign), len(campaign.seeds)
-    anything_partial = False
-    for ax, task in zip(axes, campaign.tasks):
-        for run, colour in colours.items():
-            sizes, entries = _series(cells, task, run)
-            if not sizes:
-                continue
-            mean = [100 * e["mean"] for e in entries]
-            sd = [100 * (e["sd"] or 0.0) for e in entries]
-            draws = [e["n"] for e in entries]
-            anything_partial |= _line(ax, sizes, mean, draws, planned, colour, run)
-            ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
-                            [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
-        majority = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
-        if majority:
-            _majority(ax, 100 * majority[0])
-        _axis(ax, campaign, task)
-        ax.set_ylabel("dev score (x100); band: +-1 sd over draws")
-    _legend(fig, axes, anything_partial)
-    _save(fig, path)
+    _draw_per_task(campaign, cells, path, 3.6, _score_line,
+                   "dev score (x100); band: +-1 sd over draws", majority=True)  # fmt: skip
 
 
 def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
     """Each method's sd over draws (x100) against N, per task."""
-    fig, axes = _grid(campaign, 3.2)
+    _draw_per_task(campaign, cells, path, 3.2, _spread_line,
+                   "sd of the dev score over draws (x100)", from_zero=True)  # fmt: skip
+
+
+def _score_line(ax, sizes: list[int], entries: list[dict], planned: int, colour, run: str) -> bool:
+    """A method's mean score over draws with a band of one sd either side."""
+    mean = [100 * e["mean"] for e in entries]
+    sd = [100 * (e["sd"] or 0.0) for e in entries]
+    draws = [e["n"] for e in entries]
+    partial = _line(ax, sizes, mean, draws, planned, colour, run)
+    ax.fill_between(sizes, [m - s for m, s in zip(mean, sd)],
+                    [m + s for m, s in zip(mean, sd)], color=colour, alpha=0.15)  # fmt: skip
+    return partial
+
+
+def _spread_line(ax, sizes: list[int], entries: list[dict], planned: int, colour, run: str) -> bool:
+    """A method's sd over draws, where it has one (no sd before a second draw)."""
+    points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
+    if not points:
+        return False
+    n, sd, draws = (list(x) for x in zip(*points))
+    return _line(ax, n, sd, draws, planned, colour, run)
+
+
+def _draw_per_task(campaign: Campaign, cells: list[dict], path: Path, height: float, line,
+                   ylabel: str, majority: bool = False, from_zero: bool = False) -> None:  # fmt: skip
+    """One panel per task, one ``line(ax, sizes, entries, planned, colour, run)`` per method
+    with runs there (it says whether a point is partial); the majority class dotted when
+    asked, one legend below."""
+    fig, axes = _grid(campaign, height)
     colours, planned = _colours(campaign), len(campaign.seeds)
     anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
-            points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
-            if points:  # no sd before a second draw
-                n, sd, draws = (list(x) for x in zip(*points))
-                anything_partial |= _line(ax, n, sd, draws, planned, colour, run)
+            if sizes:
+                anything_partial |= line(ax, sizes, entries, planned, colour, run)
+        scores = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
+        if majority and scores:
+            _majority(ax, 100 * scores[0])
         _axis(ax, campaign, task)
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("sd of the dev score over draws (x100)")
+        if from_zero:
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel(ylabel)
     _legend(fig, axes, anything_partial)
     _save(fig, path)

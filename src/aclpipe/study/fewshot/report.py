@@ -1,6 +1,6 @@
 """The few-shot study's results: ``reports/fewshot/{README.md,results.json}`` and its figures,
 from the run folders (``fewshot/runs/<task>/<run>-n<N>-s<seed>/``, read as the campaign's are:
-``aclpipe.study.campaign.report.load_run``); nothing here runs a model.
+``aclpipe.study.campaign.run_folders.load_run``); nothing here runs a model.
 
 Per (task, N), over the draws (a draw is one seed) and the dev examples, scores x1 here, x100
 in the markdown:
@@ -13,7 +13,7 @@ in the markdown:
   comparable / inconclusive, and whether the claim *holds* as its paper words it (a
   superiority claim when better, a non-inferiority one when better or comparable); A3 is
   *rule not exercised* where ACL-Grad's rule altered under ``rule_floor`` of the steps
-  (``aclpipe.study.campaign.report.rule_use``); Holm's step-down over each task's tested claims, every N
+  (``aclpipe.study.campaign.run_folders.rule_use``); Holm's step-down over each task's tested claims, every N
   (``verdicts.family``);
 - the spread claim (``SPREADS``, S2): the ratio of the sds over draws, A's over B's, with a 95%
   interval from the same resamples (draws and examples drawn together, ``paired.draw``):
@@ -49,7 +49,8 @@ from aclpipe.layout import (
 )
 from aclpipe.study.campaign.peers import PEER_NAMES
 from aclpipe.study.campaign.plan import Campaign
-from aclpipe.study.campaign.report import angle_summary, judge_pair, load_run, rule_use
+from aclpipe.study.campaign.report import judge_pair
+from aclpipe.study.campaign.run_folders import angle_summary, load_run, rule_use
 from aclpipe.study.campaign.stack_check import stack
 from aclpipe.study.fewshot.markdown import BELOW, ON, SPREAD_DRAWS
 from aclpipe.study.fewshot.peers import draw_peers, peer_claims, peer_family

@@ -69,6 +69,20 @@ def resampled_differences(
     return (seed_counts * stacked).sum(axis=1) / seed_counts.sum(axis=1)
 
 
+def resample(
+    task: Task,
+    a: Sequence[Measure],
+    b: Sequence[Measure] | None,
+    labels: np.ndarray,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> np.ndarray:
+    """``[R]``: ``resampled_differences`` over R resamples of the examples and the seeds
+    (``draw``): the bootstrap of A - B (of A alone when ``b`` is None), one seed per entry."""
+    weights, seed_counts = draw(len(labels), len(a), resamples, seed)
+    return resampled_differences(task, a, b, labels, weights, seed_counts)
+
+
 def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
     low, high = np.quantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(low), float(high)
@@ -159,9 +173,7 @@ def bootstrap_differences(
     ones = np.ones((1, len(labels)))
     a_s, b_s = [a[s] for s in seeds], [b[s] for s in seeds]
     original = resampled_differences(task, a_s, b_s, labels, ones, np.ones((1, len(seeds))))
-    weights, seed_counts = draw(len(labels), len(seeds), resamples, seed)
-    diffs = resampled_differences(task, a_s, b_s, labels, weights, seed_counts)
-    return float(original[0]), diffs
+    return float(original[0]), resample(task, a_s, b_s, labels, resamples, seed)
 
 
 def two_sided_p(diffs: np.ndarray) -> float:
@@ -207,10 +219,7 @@ def seed_mean_interval(
         return {"mean": None, "sd": None, "low": None, "high": None, "n": 0}
     labels = np.asarray(labels)
     per_seed = [float(runs[s].values(task, labels, np.ones((1, len(labels))))[0]) for s in seeds]
-    weights, seed_counts = draw(len(labels), len(seeds), resamples, seed)
-    values = resampled_differences(
-        task, [runs[s] for s in seeds], None, labels, weights, seed_counts
-    )
+    values = resample(task, [runs[s] for s in seeds], None, labels, resamples, seed)
     low, high = percentile_interval(values, level)
     return {
         "mean": float(np.mean(per_seed)),

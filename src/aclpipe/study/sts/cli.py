@@ -12,6 +12,7 @@ from aclpipe.cli_options import (
     LAYOUT,
     console,
     counts,
+    reports_option,
     user_errors,
 )
 from aclpipe.layout import STS_PARAMS
@@ -25,6 +26,7 @@ sts_app = typer.Typer(
     no_args_is_help=True,
 )
 StudyOpt = Annotated[Path, typer.Option("--study", help="STS study params: knobs plus sts:.")]
+StsReportsOpt = reports_option("Where README.md goes.")
 
 
 @sts_app.command("prepare")
@@ -68,9 +70,7 @@ def sts_zero_shot(study: StudyOpt = Path(STS_PARAMS)) -> None:
 @user_errors
 def sts_report(
     study: StudyOpt = Path(STS_PARAMS),
-    reports: Annotated[
-        Path, typer.Option("--reports", help="Where README.md goes.")
-    ] = STS_REPORTS,
+    reports: StsReportsOpt = STS_REPORTS,
 ) -> None:
     """reports/sts/README.md, results.json and the per-layer figure from the runs present."""
     from aclpipe.study.sts.report import write_report
