@@ -28,7 +28,7 @@ from aclpipe.study.stats import verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, SUPERIORITY, Rules
 
 PEER_RESAMPLES = 10_000  # docs/methods.md: 10,000 resamples for published verdicts
-PROJECT_METHODS = ("ce", "scl", "acl")
+PROJECT_METHODS = ("ce", "scl", "acl", "cosine-pairs")
 # (claim id, question, A, B, kind)
 PEER_CLAIMS: list[tuple[str, str, str, str, str]] = [
     *[("P1", f"{m} outperforms or performs comparably with SetFit", m, "setfit", NON_INFERIORITY)
