@@ -36,7 +36,7 @@ from aclpipe.training.objectives import self_distill_loss
 NUM_LAYERS = 3  # the tiny BERT of conftest.py
 ALL = ("encoder", "final_exit", "inner_exits")
 SINGLE_EXIT = {"ce", "scl", "acl"}
-CONTRASTIVE = {"scl", "acl", "acl-cl"}
+CONTRASTIVE = {"scl", "acl", "acl-cl", "cosine-pairs"}
 SENTENCE = {"simcse-unsup", "simcse-sup"}  # sentence-embedding methods: tests/test_sentence_embeddings.py
 CLASSIFIERS = sorted(set(METHODS) - SENTENCE)
 # What each stage of each method trains: the groups whose every parameter must move.
@@ -49,6 +49,7 @@ EXPECTED_STAGES: dict[str, list[tuple[str, ...]]] = {
     "deebert-sd": [("encoder", "final_exit"), ("inner_exits",)],
     "romebert": [ALL],
     "acl-cl": [ALL],
+    "cosine-pairs": [("encoder",)],  # its heads are refit after training (test_cosine_pairs.py)
     "simcse-unsup": [("encoder", "final_exit")],
     "simcse-sup": [("encoder", "final_exit")],
 }
@@ -368,6 +369,7 @@ def test_other_methods_train_on_regression(
         "deebert-sd",
         "romebert",
         "acl-cl",
+        "cosine-pairs",
     ],
 )
 def test_multi_exit_methods_need_two_exits(

@@ -24,6 +24,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "deebert-sd": ("DeebertSdKnobs", "build_deebert_sd"),
     "romebert": ("RomebertKnobs", "build_romebert"),
     "acl-cl": ("AclClKnobs", "build_acl_cl"),
+    "cosine-pairs": ("CosinePairsKnobs", "build_cosine_pairs"),
     "simcse-unsup": ("SimcseUnsupKnobs", "build_simcse_unsup"),
     "simcse-sup": ("SimcseSupKnobs", "build_simcse_sup"),
 }

@@ -131,6 +131,16 @@ class SimcseSupKnobs:
     RANGES: ClassVar[dict[str, Check]] = {"tau": positive}
 
 
+@dataclass(frozen=True)
+class CosinePairsKnobs:
+    """cosine-pairs: SetFit's cosine-similarity pairs, then logistic-regression heads."""
+
+    C: float = 1.0  # the heads' inverse L2 strength (scikit-learn's default, SetFit's head)
+    max_iter: int = 1000  # lbfgs iterations at most per head
+
+    RANGES: ClassVar[dict[str, Check]] = {"C": positive, "max_iter": positive}
+
+
 # The method table: name -> its knobs record, in the registry's order (aclpipe.method_names,
 # which names each method's record; a name missing here fails at import)
 KNOBS: dict[str, type] = {name: globals()[record] for name, (record, _) in REGISTRY.items()}

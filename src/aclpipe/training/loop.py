@@ -4,7 +4,8 @@ reads params.yaml's sections and calls :func:`train`).
 Methods change *what* is computed (``aclpipe.training.methods``), never the loop's shape: for each
 stage of the method, for each epoch, for each batch: forward (all exits), main and auxiliary
 objectives, gradients combined by the stage's rule, clip, step, schedule, log; then a dev
-evaluation and a checkpoint.
+evaluation and a checkpoint. A method with a head refit (``method.refit``) has its exits'
+classifiers refit on the trained encoder's frozen features after its last stage.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from aclpipe.training.distributed import (
     shard,
 )
 from aclpipe.training.grad_rules import combine_gradients, scope_mask
+from aclpipe.training.head_refit import refit_heads
 from aclpipe.training.methods import LossInputs, Method, Stage
 from aclpipe.training.progress import TrainProgress
 
@@ -321,6 +323,9 @@ def train(
                 progress.epoch_done(stage_index + 1, epoch + 1, run.spec.exits, scores)
             checkpoint(Position(stage_index, epoch + 1, 0, global_step))
         progress.stop()
+    if method.refit is not None:  # every process alike: the same weights, the same rows
+        refit_heads(model, method.refit, run.train_rows, run.pad_id, eval_batch_size,
+                    accelerator.device)  # fmt: skip
     if accelerator.is_main_process:
         _write_model(run, task, method, model_cfg, out_dir, history, step_log)
     accelerator.wait_for_everyone()

@@ -27,10 +27,12 @@ from aclpipe.training.grad_rules import (
     GradientRule,
     PlainSum,
 )
+from aclpipe.training.head_refit import LogisticRefit
 from aclpipe.training.knobs import (
     KNOBS,
     AclClKnobs,
     AclKnobs,
+    CosinePairsKnobs,
     DeebertSdKnobs,
     ExitWeights,
     JointKnobs,
@@ -43,6 +45,7 @@ from aclpipe.training.knobs import (
 )
 from aclpipe.training.objectives import (
     acl_embed_loss,
+    cosine_pairs_loss,
     cross_layer_acl_loss,
     distill_kl,
     scl_loss,
@@ -117,6 +120,9 @@ class Method:
     # True: trains sentence embeddings on a sentence task (rows of sentences, dev scored by
     # the Spearman of cosine similarity); False: a classifier on a GLUE task
     embeds: bool = False
+    # after the stages: every exit's classifier refit on the frozen encoder's features of the
+    # training set (aclpipe.training.head_refit); None: the heads stay as the stages left them
+    refit: LogisticRefit | None = None
 
 
 ALL = ("encoder", "final_exit", "inner_exits")
@@ -285,6 +291,18 @@ def build_romebert(cfg: RomebertKnobs) -> Method:
 def build_acl_cl(cfg: AclClKnobs) -> Method:
     stage = Stage(ALL, _weighted_ce(cfg.weights), _acl_cl_aux(cfg), _acl_grad(cfg))
     return Method("acl-cl", True, (stage,))
+
+
+def build_cosine_pairs(cfg: CosinePairsKnobs) -> Method:
+    # SetFit's recipe (Tunstall et al. 2022) as a multi-exit method: the encoder learns from
+    # every in-batch pair at the deepest exit; then each exit's head is a logistic regression
+    # on its own frozen features, so the shallow exits are as usable for early exit as the last
+    def loss(x: LossInputs) -> torch.Tensor:
+        _needs_classes(x)
+        return cosine_pairs_loss(x.features[-1], x.pool_labels)
+
+    refit = LogisticRefit(cfg.C, cfg.max_iter)
+    return Method("cosine-pairs", True, (Stage(("encoder",), loss, min_rows=2),), refit=refit)
 
 
 def build_simcse_unsup(cfg: SimcseUnsupKnobs) -> Method:

@@ -355,7 +355,10 @@ def load_campaign(path: Path) -> Campaign:
     plan = build_plan(runs, fewshot, tasks, seeds, cells) if fewshot else {}
     fewshot_runs = {name: (name.rsplit("-n", 1)[0], int(name.rsplit("-n", 1)[1])) for name in plan}
     fewshot = sorted({n for _, n in fewshot_runs.values()})  # the grid's N and the cells'
-    trained = [variants[r].method if r in variants else r for r in runs + _cells_runs(cells)]
+    # the knobs written out are those of the grid's and the tuning's methods; a method only a
+    # cell runs (cosine-pairs) reads its code defaults and records none, so adding one leaves
+    # every recorded run's params as they were
+    trained = [variants[r].method if r in variants else r for r in runs]
     trained += [tuning.method] if tuning else []
     base = resolved(raw, [name for name in trained if name in METHOD_NAMES])  # the rest filled in
     campaign = Campaign(

@@ -257,7 +257,8 @@ def _intro(campaign: Campaign, cells: list[dict], finished: int) -> list[str]:
         f"`aclpipe campaign report --campaign {campaign.path}` from {campaign.layout.runs()}/ "
         "(do not edit by hand).",
         "",
-        "Each run trains `all-MiniLM-L6-v2` (single exit) on a class-stratified draw of N "
+        "Each run trains `all-MiniLM-L6-v2` (single exit; cosine-pairs has a head at every "
+        "layer and is judged at its last) on a class-stratified draw of N "
         "examples of the task's training split, drawn after the campaign's validation split is "
         "held out; a draw is one seed (the draw and the training share it), every method of a "
         "seed trains on the same draw (its ids are in each run.json), and every run is scored "

@@ -28,7 +28,7 @@ from aclpipe.study.stats import verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, SUPERIORITY, Rules
 
 PEER_RESAMPLES = 10_000  # docs/methods.md: 10,000 resamples for published verdicts
-PROJECT_METHODS = ("ce", "scl", "acl")
+PROJECT_METHODS = ("ce", "scl", "acl", "cosine-pairs")
 # (claim id, question, A, B, kind)
 PEER_CLAIMS: list[tuple[str, str, str, str, str]] = [
     *[("P1", f"{m} outperforms or performs comparably with SetFit", m, "setfit", NON_INFERIORITY)
@@ -131,7 +131,8 @@ def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
         "head; its version and every argument in each run.json) and **linear-probe** (logistic "
         "regression, C = 1, on the frozen checkpoint's own mean-pooled, normalised sentence "
         "embeddings), on the same draws, scored on the same dev examples. Each method of this "
-        "project against setfit (P1, non-inferiority, margin "
+        "project (cosine-pairs among them: SetFit's recipe built into the project, "
+        "docs/methods.md) against setfit (P1, non-inferiority, margin "
         f"{margin:g} point) and ce against the linear probe (P2, superiority): the paired "
         f"bootstrap over draws and dev examples with {PEER_RESAMPLES:,} resamples; Holm's "
         "step-down over the family `peers/<task>` (every judged P1 and P2 row of the task, "

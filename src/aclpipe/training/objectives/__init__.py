@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aclpipe.training.objectives.acl_embed import acl_embed_loss
+from aclpipe.training.objectives.cosine_pairs import cosine_pairs_loss
 from aclpipe.training.objectives.cross_layer import cross_layer_acl_loss
 from aclpipe.training.objectives.scl import scl_loss
 from aclpipe.training.objectives.self_distill import distill_kl, self_distill_loss
@@ -12,6 +13,7 @@ from aclpipe.training.objectives.supcon import supcon
 
 __all__ = [
     "acl_embed_loss",
+    "cosine_pairs_loss",
     "cross_layer_acl_loss",
     "distill_kl",
     "scl_loss",
