@@ -268,9 +268,11 @@ def windows(logits, stream, result, exit_layers, budget: float) -> list[dict]:
     return out
 
 
-def summarize(rows: list[dict], budget: float) -> dict:
+def summarize(rows: list[dict], budget: float, unshifted: int = PHASES[0][1]) -> dict:
+    """Per server over the windows: the targets' figures; ``unshifted``: the records of the
+    first (unshifted) phase."""
     gold = [r for r in rows if "accuracy" in r["full"]]
-    first = [r for r in rows if r["start"] < PHASES[0][1]]
+    first = [r for r in rows if r["start"] < unshifted]
 
     def mean(name: str, key: str, part: list[dict]) -> float:
         return float(np.mean([r[name][key] for r in part]))
@@ -313,14 +315,14 @@ def summarize(rows: list[dict], budget: float) -> dict:
     return out
 
 
-def phases_table(rows: list[dict]) -> list[dict]:
+def phases_table(rows: list[dict], window: int = WINDOW) -> list[dict]:
     """Per phase (in stream order): each server's mean over its windows."""
     out: list[dict] = []
     for row in rows:
         if not out or out[-1]["phase"] != row["phase"] or out[-1]["until"] != row["start"]:
             out.append({"phase": row["phase"], "from": row["start"], "rows": []})
         out[-1]["rows"].append(row)
-        out[-1]["until"] = row["start"] + WINDOW
+        out[-1]["until"] = row["start"] + window
     table = []
     for part in out:
         entry = {"phase": part["phase"], "records": [part["from"], part["until"]]}
@@ -333,13 +335,15 @@ def phases_table(rows: list[dict]) -> list[dict]:
     return table
 
 
-def plot(rows: list[dict], result: dict, target: float, budget: float, path: Path) -> None:
+def plot(
+    rows: list[dict], result: dict, target: float, budget: float, path: Path, window: int = WINDOW
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mid = [r["start"] + WINDOW / 2 for r in rows]
+    mid = [r["start"] + window / 2 for r in rows]
     fig, axes = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
     for name, style in (("fixed", "s-"), ("recalibrated", "o-")):
         axes[0].plot(mid, [r[name]["agreement"] for r in rows], style, label=name)
@@ -355,6 +359,10 @@ def plot(rows: list[dict], result: dict, target: float, budget: float, path: Pat
         "o--",
         label="recalibrated, shadow layers counted",
     )
+    if "cpu_speedup" in rows[0]["fixed"]:  # a live run: the servers' CPU seconds, measured
+        for name, style in (("fixed", "s:"), ("recalibrated", "o:")):
+            axes[2].plot(mid, [r[name]["cpu_speedup"] for r in rows], style,
+                         label=f"{name}, CPU seconds (full / this)")  # fmt: skip
     axes[0].axhline(target, color="grey", ls=":", lw=1, label=f"target {target:.3f}")
     axes[1].axhline(budget, color="grey", ls=":", lw=1, label=f"budget {budget:g} point")
     twin = axes[0].twinx()
@@ -368,7 +376,7 @@ def plot(rows: list[dict], result: dict, target: float, budget: float, path: Pat
     twin.set_ylabel("recalibrated threshold", color="tab:green")
     axes[0].set(ylabel="agreement with full model", title="per 1,000-record window")
     axes[1].set(ylabel="accuracy drop vs full (points)")
-    axes[2].set(ylabel="layer speed-up", xlabel="record in stream", ylim=(1, None))
+    axes[2].set(ylabel="speed-up over the full model", xlabel="record in stream")
     for ax in axes:
         ax.grid(alpha=0.3)
         for r in rows:
@@ -405,6 +413,22 @@ def own_reference_setting(curves_path: Path, budget: float) -> dict:
         "layer_speedup": best["layer_speedup"],
         "split": "validation" if curves.get("validation") else "dev",
     }
+
+
+def offline_setting(
+    record: dict, curves: Path | None, policy: str | None, threshold: float | None
+) -> dict:
+    """The fixed threshold: the export's ``default_setting``; with ``curves``, the export's
+    rule against the model's own last exit (``own_reference_setting``); with ``policy``, that
+    policy at ``threshold``. Exits when it exits nowhere early."""
+    setting = record["default_setting"]
+    if curves:
+        setting = own_reference_setting(curves, setting.get("budget_points", BUDGET_POINTS))
+    if policy:
+        setting = {"policy": policy, "threshold": threshold, "source": "--policy"}
+    if setting["policy"] not in ("confidence", "entropy", "patience"):
+        sys.exit(f"the setting {setting} exits nowhere early: give --policy and --threshold")
+    return setting
 
 
 def load_logits(args, record: dict, texts: list[str]) -> tuple[np.ndarray, float]:
@@ -454,13 +478,7 @@ def main() -> None:
     args = parser.parse_args()
     began = time.perf_counter()
     record = read_export(args.export)
-    setting = record["default_setting"]
-    if args.curves:
-        setting = own_reference_setting(args.curves, setting.get("budget_points", BUDGET_POINTS))
-    if args.policy:
-        setting = {"policy": args.policy, "threshold": args.threshold, "source": "--policy"}
-    if setting["policy"] not in ("confidence", "entropy", "patience"):
-        sys.exit(f"the setting {setting} exits nowhere early: give --policy and --threshold")
+    setting = offline_setting(record, args.curves, args.policy, args.threshold)
     policy, offline = setting["policy"], float(setting["threshold"])
     budget = float(setting.get("budget_points", BUDGET_POINTS))
     exit_layers = list(record["exits"])

@@ -70,6 +70,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +135,14 @@ class Server:
             self.proc.kill()
             sys.exit(f"the server did not start: {line.strip()}")
         self.port, self.banner = int(found.group(1)), line.strip()
+        # what it prints later (``--recalibrate``'s moves) is read as it comes, with the time
+        # it came: a full pipe would block the server
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        for raw in self.proc.stderr:
+            self.lines.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -170,6 +179,10 @@ class Client:
 
     async def post(self, body: bytes, headers: str = "") -> int:
         """``headers``: extra header lines, each ending in CRLF."""
+        return (await self.request(body, headers))[0]
+
+    async def request(self, body: bytes, headers: str = "") -> tuple[int, bytes]:
+        """The status and the body of the answer."""
         reader, writer = await self._connection()
         head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
                 f"\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
@@ -177,12 +190,12 @@ class Client:
         header = await reader.readuntil(b"\r\n\r\n")
         status = int(header.split(b" ", 2)[1])
         length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
-        await reader.readexactly(length)
+        answer = await reader.readexactly(length)
         if re.search(rb"(?i)connection: *close", header):
             writer.close()
         else:
             self.idle.append((reader, writer, time.monotonic()))
-        return status
+        return status, answer
 
     def close(self) -> None:
         for _, writer, _ in self.idle:
