@@ -7,8 +7,8 @@ character edit in a fifth of the words; gold stands), CoLA sentences and MRPC se
 sentiment gold: only agreement with the full model is measured there), and SST-2 dev again.
 
 Every distinct text runs once through the export's ONNX segments (``onnx_runtime``: embeddings,
-then every segment, no early exit; one thread, ``--max-length`` tokens as ``serve`` reads
-them) for its logits at every exit. The replay then serves the stream, record by record,
+then every segment, no early exit; ``--threads``, one by default; ``--max-length`` tokens as
+``serve`` reads them) for its logits at every exit. The replay then serves the stream, record by record,
 three ways from those logits:
 
 - ``fixed``: the export's default setting (its offline threshold) throughout;
@@ -161,11 +161,13 @@ def build_stream(glue_dir: Path, phases, seed: int = 0) -> list[dict]:
     return stream
 
 
-def exit_logits(export: Path, texts: list[str], max_length: int, batch: int) -> np.ndarray:
+def exit_logits(
+    export: Path, texts: list[str], max_length: int, batch: int, threads: int = 1
+) -> np.ndarray:
     """Logits ``[E, N, C]`` of every text at every exit through the ONNX segments (batches of
     similar length, so padding stays small)."""
     record = read_export(export)
-    engine = OnnxEarlyExit(export, "none", None, threads=1, record=record)
+    engine = OnnxEarlyExit(export, "none", None, threads=threads, record=record)
     tokenizer = load_fast_tokenizer(export / EXPORT_TOKENIZER, max_length)
     rows = encode(tokenizer, [(t, None) for t in texts])
     order = sorted(range(len(texts)), key=lambda i: len(rows[i]["input_ids"]))
@@ -441,7 +443,7 @@ def load_logits(args, record: dict, texts: list[str]) -> tuple[np.ndarray, float
         if str(cached["key"]) == key:
             return cached["logits"], float(cached["seconds"])
     began = time.perf_counter()
-    logits = exit_logits(args.export, texts, args.max_length, args.batch)
+    logits = exit_logits(args.export, texts, args.max_length, args.batch, args.threads)
     seconds = time.perf_counter() - began
     if args.cache:
         np.savez(args.cache, key=key, logits=logits, seconds=seconds)
@@ -454,6 +456,7 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
     parser.add_argument("--max-length", type=int, default=128, help="tokens, as serve reads")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (logits)")
     parser.add_argument("--policy", help="the offline setting (default: the export's)")
     parser.add_argument("--threshold", type=float, help="and its threshold")
     parser.add_argument(
@@ -549,6 +552,7 @@ def main() -> None:
         "phases": [list(p) for p in PHASES],
         "distinct_texts": len(texts),
         "logits_seconds": round(seconds, 1),
+        "logits_threads": args.threads,
         "max_length": args.max_length,
         "budget_points": budget,
         "harm": {"source": args.harm, "value": round(harm, 4)},
