@@ -276,8 +276,8 @@ def summarize(rows: list[dict], budget: float, unshifted: int = PHASES[0][1]) ->
     gold = [r for r in rows if "accuracy" in r["full"]]
     first = [r for r in rows if r["start"] < unshifted]
 
-    def mean(name: str, key: str, part: list[dict]) -> float:
-        return float(np.mean([r[name][key] for r in part]))
+    def mean(name: str, key: str, part: list[dict]) -> float:  # a live window may have none
+        return float(np.mean([r[name][key] for r in part if r[name][key] is not None]))
 
     out = {}
     for name in ("fixed", "recalibrated"):
@@ -331,7 +331,10 @@ def phases_table(rows: list[dict], window: int = WINDOW) -> list[dict]:
         for name in ("fixed", "recalibrated", "full"):
             keys = [k for k in part["rows"][0][name] if k != "within_budget"]
             entry[name] = {
-                k: round(float(np.mean([r[name][k] for r in part["rows"]])), 4) for k in keys
+                k: round(
+                    float(np.mean([r[name][k] for r in part["rows"] if r[name][k] is not None])), 4
+                )
+                for k in keys
             }
         table.append(entry)
     return table
