@@ -7,8 +7,8 @@ character edit in a fifth of the words; gold stands), CoLA sentences and MRPC se
 sentiment gold: only agreement with the full model is measured there), and SST-2 dev again.
 
 Every distinct text runs once through the export's ONNX segments (``onnx_runtime``: embeddings,
-then every segment, no early exit; one thread, ``--max-length`` tokens as ``serve`` reads
-them) for its logits at every exit. The replay then serves the stream, record by record,
+then every segment, no early exit; ``--threads``, one by default; ``--max-length`` tokens as
+``serve`` reads them) for its logits at every exit. The replay then serves the stream, record by record,
 three ways from those logits:
 
 - ``fixed``: the export's default setting (its offline threshold) throughout;
@@ -161,11 +161,13 @@ def build_stream(glue_dir: Path, phases, seed: int = 0) -> list[dict]:
     return stream
 
 
-def exit_logits(export: Path, texts: list[str], max_length: int, batch: int) -> np.ndarray:
+def exit_logits(
+    export: Path, texts: list[str], max_length: int, batch: int, threads: int = 1
+) -> np.ndarray:
     """Logits ``[E, N, C]`` of every text at every exit through the ONNX segments (batches of
     similar length, so padding stays small)."""
     record = read_export(export)
-    engine = OnnxEarlyExit(export, "none", None, threads=1, record=record)
+    engine = OnnxEarlyExit(export, "none", None, threads=threads, record=record)
     tokenizer = load_fast_tokenizer(export / EXPORT_TOKENIZER, max_length)
     rows = encode(tokenizer, [(t, None) for t in texts])
     order = sorted(range(len(texts)), key=lambda i: len(rows[i]["input_ids"]))
@@ -268,12 +270,14 @@ def windows(logits, stream, result, exit_layers, budget: float) -> list[dict]:
     return out
 
 
-def summarize(rows: list[dict], budget: float) -> dict:
+def summarize(rows: list[dict], budget: float, unshifted: int = PHASES[0][1]) -> dict:
+    """Per server over the windows: the targets' figures; ``unshifted``: the records of the
+    first (unshifted) phase."""
     gold = [r for r in rows if "accuracy" in r["full"]]
-    first = [r for r in rows if r["start"] < PHASES[0][1]]
+    first = [r for r in rows if r["start"] < unshifted]
 
-    def mean(name: str, key: str, part: list[dict]) -> float:
-        return float(np.mean([r[name][key] for r in part]))
+    def mean(name: str, key: str, part: list[dict]) -> float:  # a live window may have none
+        return float(np.mean([r[name][key] for r in part if r[name][key] is not None]))
 
     out = {}
     for name in ("fixed", "recalibrated"):
@@ -313,33 +317,38 @@ def summarize(rows: list[dict], budget: float) -> dict:
     return out
 
 
-def phases_table(rows: list[dict]) -> list[dict]:
+def phases_table(rows: list[dict], window: int = WINDOW) -> list[dict]:
     """Per phase (in stream order): each server's mean over its windows."""
     out: list[dict] = []
     for row in rows:
         if not out or out[-1]["phase"] != row["phase"] or out[-1]["until"] != row["start"]:
             out.append({"phase": row["phase"], "from": row["start"], "rows": []})
         out[-1]["rows"].append(row)
-        out[-1]["until"] = row["start"] + WINDOW
+        out[-1]["until"] = row["start"] + window
     table = []
     for part in out:
         entry = {"phase": part["phase"], "records": [part["from"], part["until"]]}
         for name in ("fixed", "recalibrated", "full"):
             keys = [k for k in part["rows"][0][name] if k != "within_budget"]
             entry[name] = {
-                k: round(float(np.mean([r[name][k] for r in part["rows"]])), 4) for k in keys
+                k: round(
+                    float(np.mean([r[name][k] for r in part["rows"] if r[name][k] is not None])), 4
+                )
+                for k in keys
             }
         table.append(entry)
     return table
 
 
-def plot(rows: list[dict], result: dict, target: float, budget: float, path: Path) -> None:
+def plot(
+    rows: list[dict], result: dict, target: float, budget: float, path: Path, window: int = WINDOW
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mid = [r["start"] + WINDOW / 2 for r in rows]
+    mid = [r["start"] + window / 2 for r in rows]
     fig, axes = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
     for name, style in (("fixed", "s-"), ("recalibrated", "o-")):
         axes[0].plot(mid, [r[name]["agreement"] for r in rows], style, label=name)
@@ -355,6 +364,10 @@ def plot(rows: list[dict], result: dict, target: float, budget: float, path: Pat
         "o--",
         label="recalibrated, shadow layers counted",
     )
+    if "cpu_speedup" in rows[0]["fixed"]:  # a live run: the servers' CPU seconds, measured
+        for name, style in (("fixed", "s:"), ("recalibrated", "o:")):
+            axes[2].plot(mid, [r[name]["cpu_speedup"] for r in rows], style,
+                         label=f"{name}, CPU seconds (full / this)")  # fmt: skip
     axes[0].axhline(target, color="grey", ls=":", lw=1, label=f"target {target:.3f}")
     axes[1].axhline(budget, color="grey", ls=":", lw=1, label=f"budget {budget:g} point")
     twin = axes[0].twinx()
@@ -368,7 +381,7 @@ def plot(rows: list[dict], result: dict, target: float, budget: float, path: Pat
     twin.set_ylabel("recalibrated threshold", color="tab:green")
     axes[0].set(ylabel="agreement with full model", title="per 1,000-record window")
     axes[1].set(ylabel="accuracy drop vs full (points)")
-    axes[2].set(ylabel="layer speed-up", xlabel="record in stream", ylim=(1, None))
+    axes[2].set(ylabel="speed-up over the full model", xlabel="record in stream")
     for ax in axes:
         ax.grid(alpha=0.3)
         for r in rows:
@@ -407,6 +420,22 @@ def own_reference_setting(curves_path: Path, budget: float) -> dict:
     }
 
 
+def offline_setting(
+    record: dict, curves: Path | None, policy: str | None, threshold: float | None
+) -> dict:
+    """The fixed threshold: the export's ``default_setting``; with ``curves``, the export's
+    rule against the model's own last exit (``own_reference_setting``); with ``policy``, that
+    policy at ``threshold``. Exits when it exits nowhere early."""
+    setting = record["default_setting"]
+    if curves:
+        setting = own_reference_setting(curves, setting.get("budget_points", BUDGET_POINTS))
+    if policy:
+        setting = {"policy": policy, "threshold": threshold, "source": "--policy"}
+    if setting["policy"] not in ("confidence", "entropy", "patience"):
+        sys.exit(f"the setting {setting} exits nowhere early: give --policy and --threshold")
+    return setting
+
+
 def load_logits(args, record: dict, texts: list[str]) -> tuple[np.ndarray, float]:
     """Per distinct text, its logits at every exit (from ``--cache`` when it holds these)."""
     key = hashlib.sha256(
@@ -417,7 +446,7 @@ def load_logits(args, record: dict, texts: list[str]) -> tuple[np.ndarray, float
         if str(cached["key"]) == key:
             return cached["logits"], float(cached["seconds"])
     began = time.perf_counter()
-    logits = exit_logits(args.export, texts, args.max_length, args.batch)
+    logits = exit_logits(args.export, texts, args.max_length, args.batch, args.threads)
     seconds = time.perf_counter() - began
     if args.cache:
         np.savez(args.cache, key=key, logits=logits, seconds=seconds)
@@ -430,6 +459,7 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
     parser.add_argument("--max-length", type=int, default=128, help="tokens, as serve reads")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (logits)")
     parser.add_argument("--policy", help="the offline setting (default: the export's)")
     parser.add_argument("--threshold", type=float, help="and its threshold")
     parser.add_argument(
@@ -454,13 +484,7 @@ def main() -> None:
     args = parser.parse_args()
     began = time.perf_counter()
     record = read_export(args.export)
-    setting = record["default_setting"]
-    if args.curves:
-        setting = own_reference_setting(args.curves, setting.get("budget_points", BUDGET_POINTS))
-    if args.policy:
-        setting = {"policy": args.policy, "threshold": args.threshold, "source": "--policy"}
-    if setting["policy"] not in ("confidence", "entropy", "patience"):
-        sys.exit(f"the setting {setting} exits nowhere early: give --policy and --threshold")
+    setting = offline_setting(record, args.curves, args.policy, args.threshold)
     policy, offline = setting["policy"], float(setting["threshold"])
     budget = float(setting.get("budget_points", BUDGET_POINTS))
     exit_layers = list(record["exits"])
@@ -531,6 +555,7 @@ def main() -> None:
         "phases": [list(p) for p in PHASES],
         "distinct_texts": len(texts),
         "logits_seconds": round(seconds, 1),
+        "logits_threads": args.threads,
         "max_length": args.max_length,
         "budget_points": budget,
         "harm": {"source": args.harm, "value": round(harm, 4)},

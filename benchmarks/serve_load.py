@@ -76,6 +76,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -140,6 +141,14 @@ class Server:
             self.proc.kill()
             sys.exit(f"the server did not start: {line.strip()}")
         self.port, self.banner = int(found.group(1)), line.strip()
+        # what it prints later (``--recalibrate``'s moves) is read as it comes, with the time
+        # it came: a full pipe would block the server
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        for raw in self.proc.stderr:
+            self.lines.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
