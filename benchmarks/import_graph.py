@@ -32,7 +32,7 @@ TIERS = (
     ("config", "cli_options"),  # params.yaml assembled from the sections; the CLI's shared parts
     ("stages",),  # the pipeline's stage functions, the trade-off stage among them
     ("study",),  # the campaign, reports and experiments built on the stages
-    ("cli", "__main__"),  # the face
+    ("cli", "cli_serve", "__main__"),  # the face
 )
 TIER = {name: i for i, names in enumerate(TIERS) for name in names}
 
