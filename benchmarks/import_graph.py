@@ -148,7 +148,7 @@ def floors(packages: dict[str, set[str]]) -> list[list[str]]:
 
 # The three floors a reader sees from the tree: the library (every package the stages call),
 # the pipeline (the params, the stages, the command line) and the studies.
-PIPELINE = ("config", "cli_options", "stages", "cli", "__main__", "__init__")
+PIPELINE = ("config", "cli_options", "cli_serve", "stages", "cli", "__main__", "__init__")
 
 
 def building_floor(path: Path) -> str:
