@@ -71,6 +71,7 @@ class Answers:
         self.names = predictor.names or [f"LABEL_{i}" for i in range(count)]
 
     def __call__(self, body: Body, outputs: list[tuple]):
+        answers: list  # TEI's label lists, or predict's records
         if body.tei:
             answers = [self.tei(output, body.raw_scores) for output in outputs]
         else:
