@@ -32,7 +32,7 @@ TIERS = (
     ("config", "cli_options"),  # params.yaml assembled from the sections; the CLI's shared parts
     ("stages",),  # the pipeline's stage functions, the trade-off stage among them
     ("study",),  # the campaign, reports and experiments built on the stages
-    ("cli", "__main__"),  # the face
+    ("cli", "cli_serve", "__main__"),  # the face
 )
 TIER = {name: i for i, names in enumerate(TIERS) for name in names}
 
@@ -148,7 +148,7 @@ def floors(packages: dict[str, set[str]]) -> list[list[str]]:
 
 # The three floors a reader sees from the tree: the library (every package the stages call),
 # the pipeline (the params, the stages, the command line) and the studies.
-PIPELINE = ("config", "cli_options", "stages", "cli", "__main__", "__init__")
+PIPELINE = ("config", "cli_options", "cli_serve", "stages", "cli", "__main__", "__init__")
 
 
 def building_floor(path: Path) -> str:

@@ -79,12 +79,16 @@ def timed(owner, name, stage, per_batch=False):
 import aclpipe.early_exit.serve as serve, aclpipe.early_exit.scheduler as scheduler
 import aclpipe.early_exit.predict as predict, aclpipe.early_exit.onnx_runtime as onnx_runtime
 import starlette.responses
-timed(serve, "parse_records", "parse")
-timed(serve, "read_body", "parse")
-timed(serve, "tokenize", "tokenize")
+try:  # the endpoints' module, where read_body and tokenize are looked up (serve.py before it)
+    import aclpipe.early_exit.routes as routes
+except ImportError:
+    routes = serve
+timed(routes, "parse_records", "parse")
+timed(routes, "read_body", "parse")
+timed(routes, "tokenize", "tokenize")
 timed(starlette.responses.JSONResponse, "render", "respond")
-if hasattr(serve, "Answers"):
-    timed(serve.Answers, "__call__", "respond")
+if hasattr(routes, "Answers"):
+    timed(routes.Answers, "__call__", "respond")
 take = scheduler.MicroBatcher._take
 def taking(self):
     batch = take(self)

@@ -25,8 +25,9 @@ from tokenizers.processors import TemplateProcessing
 
 from aclpipe.early_exit.bodies import MAX_DEPTH, BadRequest, Limits, check_depth, read_body
 from aclpipe.early_exit.predict import Predictor
+from aclpipe.early_exit.routes import Metrics, build_app
 from aclpipe.early_exit.scheduler import MicroBatcher, length_groups
-from aclpipe.early_exit.serve import Metrics, ServeSettings, build_app
+from aclpipe.early_exit.serve import ServeSettings
 from aclpipe.errors import UserError
 
 WORDS = ["good", "bad", "film", "plot", "very", "not", "poison"]
@@ -420,7 +421,7 @@ def test_serving_doc_lists_every_route_and_every_error_kind() -> None:
         for method in route.methods - {"HEAD"}:
             assert f"`{method} {route.path}`" in doc, (method, route.path)
     source = Path(__file__).resolve().parents[1] / "src" / "aclpipe" / "early_exit"
-    text = "".join((source / name).read_text(encoding="utf-8") for name in ("serve.py", "bodies.py"))
+    text = "".join((source / name).read_text(encoding="utf-8") for name in ("routes.py", "bodies.py"))
     kinds = set(re.findall(r'(?:BadRequest|error)\(\s*\d+,\s*"(\w+)"', text))
     kinds |= set(re.findall(r'\d{3}: "(\w+)"', text))  # the 404/405 kinds
     assert {"bad_text", "too_deep", "unauthorized", "engine", "not_found"} <= kinds

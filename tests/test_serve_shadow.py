@@ -31,8 +31,9 @@ from aclpipe.early_exit.onnx_runtime import SegmentPass
 from aclpipe.early_exit.policies import window_size
 from aclpipe.early_exit.predict import Predictor
 from aclpipe.early_exit.recalibrate import Controller
+from aclpipe.early_exit.routes import Metrics, build_app
 from aclpipe.early_exit.scheduler import MicroBatcher
-from aclpipe.early_exit.serve import Metrics, ServeSettings, build_app, make_watch
+from aclpipe.early_exit.serve import ServeSettings, make_watch
 from aclpipe.early_exit.shadow import ShadowSampler, observe
 from aclpipe.early_exit.watch import Handoff, Watch, register_metrics, run_watched
 from aclpipe.errors import UserError

@@ -1,5 +1,6 @@
 """The ``aclpipe`` command line: the pipeline's stages (prepare, finetune, evaluate,
-export-exits, export-hf, tradeoff) and predict here; the studies' commands (angles, sts-eval,
+export-exits, export-hf, tradeoff) and predict here, serve's options in ``aclpipe.cli_serve``;
+the studies' commands (angles, sts-eval,
 campaign, sts) in ``aclpipe.study.cli``; the parts they share in ``aclpipe.cli_options``.
 
 Every stage takes ``--params`` (default params.yaml) and repeatable ``--set section.key=value``
@@ -37,6 +38,7 @@ from aclpipe.cli_options import (
     task_methods,
     user_errors,
 )
+from aclpipe.cli_serve import serve
 from aclpipe.layout import PARAMS
 from aclpipe.method_names import METHOD_NAMES  # predict loads nothing of training
 from aclpipe.study.cli import app as study_app
@@ -309,97 +311,7 @@ def predict(
                  threads=threads, precision=precision, console=err_console)  # fmt: skip
 
 
-@app.command()
-@user_errors
-def serve(
-    model: Annotated[
-        Path,
-        typer.Option("--model", help="As predict's: the folder `aclpipe export-exits` writes."),
-    ],
-    policy: Annotated[
-        str | None,
-        typer.Option("--policy", help="As predict's: entropy, patience, confidence, or none."),
-    ] = None,
-    threshold: Annotated[
-        float | None, typer.Option("--threshold", help="As predict's.")
-    ] = None,
-    engine: Annotated[str | None, typer.Option("--engine", help="As predict's.")] = None,
-    precision: Annotated[str, typer.Option("--precision", help="As predict's.")] = "fp32",
-    host: Annotated[
-        str, typer.Option("--host", help="Address to bind; 0.0.0.0 opens it to the network.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port; 0 takes a free one.")] = 8000,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", help="Most records in one engine batch.")
-    ] = 32,
-    max_wait_ms: Annotated[
-        float,
-        typer.Option("--max-wait-ms", help="Longest wait for a batch to fill, from its oldest record."),
-    ] = 0.0,
-    max_queue: Annotated[
-        int,
-        typer.Option("--max-queue", help="Records waiting before requests get 503 and Retry-After."),
-    ] = 256,
-    max_body: Annotated[
-        int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")
-    ] = 65536,
-    max_length: Annotated[
-        int, typer.Option("--max-length", help="Tokens per input after truncation.")
-    ] = 128,
-    threads: Annotated[
-        int | None,
-        typer.Option("--threads", help="Intra-op threads of the engine (default: the engine's)."),
-    ] = None,
-    scheduler: Annotated[
-        str,
-        typer.Option(
-            "--scheduler",
-            help="batch (dynamic micro-batching) or iteration (onnx: records leave at their "
-            "exit, waiting requests join at the next segment).",
-        ),
-    ] = "batch",
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar="ACLPIPE_API_KEY",
-            show_envvar=True,
-            help="Require Authorization: Bearer <key> on /predict, /info and /metrics (401 "
-            "without it); set it whenever --host is reachable beyond this machine.",
-        ),
-    ] = None,
-    shadow: Annotated[
-        float,
-        typer.Option(
-            "--shadow",
-            help="Also run this fraction of the records to the last exit, after their answer, "
-            "and report each exit's agreement with the full model (/metrics, /info).",
-        ),
-    ] = 0.0,
-    shadow_share: Annotated[
-        float,
-        typer.Option("--shadow-share", help="Shadow CPU seconds allowed per served CPU second."),
-    ] = 0.15,
-    recalibrate: Annotated[
-        bool,
-        typer.Option(
-            "--recalibrate",
-            help="Move the exit threshold to keep the shadow sample's agreement at the "
-            "budget's target (needs --shadow); each move is a JSON line on stderr.",
-        ),
-    ] = False,
-) -> None:
-    """Serve the model over HTTP: POST /predict (predict's records or TEI's body), /info,
-    /healthz, /readyz, /metrics (Prometheus); micro-batched; SIGTERM drains and exits 0."""
-    from aclpipe.early_exit.serve import ServeSettings
-    from aclpipe.early_exit.serve import serve as run_server
-
-    run_server(ServeSettings(
-        model=model, policy=policy, threshold=threshold, engine=engine, precision=precision,
-        host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
-        max_body=max_body, max_length=max_length, threads=threads, scheduler=scheduler,
-        api_key=api_key, shadow=shadow, shadow_share=shadow_share, recalibrate=recalibrate,
-    ))  # fmt: skip
+app.command()(serve)  # its options in aclpipe.cli_serve
 
 
 CompareOpt = Annotated[

@@ -1,5 +1,5 @@
 """Prediction with early exit: text in (``aclpipe.early_exit.inputs``), one JSON record per
-input record out, in input order.
+input record out (``aclpipe.early_exit.outputs``), in input order.
 
 ``--model`` is the folder ``export-exits`` writes (``models/<task>/<method>/export``), or a
 model folder (an export's ``model/``, or a training folder ``models/<task>/<method>``). Two
@@ -29,20 +29,17 @@ whitespace-only) line gets a record in its place with ``label``, ``probability``
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
-from aclpipe.atomic import atomic_path
 from aclpipe.data.tasks import TASKS
 from aclpipe.early_exit.inputs import input_format, read_lines, records
 from aclpipe.early_exit.onnx_runtime import check_precision
+from aclpipe.early_exit.outputs import check_output, write_jsonl, write_records
 from aclpipe.early_exit.policies import NO_EXIT, POLICIES
 from aclpipe.early_exit.settings import FALLBACK, POLICY_DEFAULTS
 from aclpipe.early_exit.tokens import encode, load_fast_tokenizer, pad
@@ -331,53 +328,12 @@ def predict_file(
                     progress.update(bar, completed=lines.position())
                     yield row
 
-            _write(advancing(rows), out)
+            write_records(advancing(rows), out)
     else:
-        _write(rows, out)
+        write_records(rows, out)
     if console is not None:
         console.print(predictor.summary(), highlight=False, soft_wrap=True)
     return predictor
-
-
-def check_output(path: Path) -> None:
-    """A one-line ``UserError`` unless ``path`` can become the output file: not a folder, in
-    a folder that exists (or can be made) and that this process may write."""
-    if path.is_dir():
-        raise UserError(
-            f"--output {path} is a folder: give a file path, such as {path / 'predictions.jsonl'}"
-        )
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(
-            f"--output {path} cannot be written: {parent} is a file, not a folder; give a path "
-            "in a folder"
-        )
-    try:  # a probe, as the atomic write will make its temporary file there
-        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=parent)
-    except OSError as err:
-        raise UserError(
-            f"--output {path} cannot be written: {parent} takes no new file "
-            f"({err.strerror or type(err).__name__}); give a path in a folder you can write, "
-            "or - for stdout"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
-def _write(rows: Iterable[dict], out: TextIO | Path) -> None:
-    """``write_jsonl``, with a write that fails on the way (a full disk, a folder gone) one
-    line naming the output; the atomic write leaves nothing half-written."""
-    try:
-        write_jsonl(rows, out)
-    except OSError as err:
-        if isinstance(out, Path):
-            raise UserError(
-                f"--output {out} cannot be written ({err.strerror or type(err).__name__}): "
-                "give another path, or - for stdout"
-            ) from None
-        raise
 
 
 def predict_lines(
@@ -420,23 +376,3 @@ def _blank_record(text: str, names: list[str] | None) -> dict:
         record["label_name"] = None
     record.update(probability=None, exit_layer=None, text=text, error="blank line")
     return record
-
-
-def write_jsonl(rows: Iterable[dict], out: TextIO | Path | str) -> int:
-    """Write one JSON object per line; return how many.
-
-    ``out`` is an open text stream (stdout) or a path. A path is written atomically
-    (``atomic.atomic_path``): rows go to a temporary file beside it, renamed into place only
-    when every row is written, with the usual mode (0644 under umask 022).
-    """
-    if not isinstance(out, (str, Path)):
-        count = 0
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-        out.flush()
-        return count
-    with atomic_path(Path(out)) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        count = write_jsonl(rows, f)
-        os.fsync(f.fileno())
-    return count

@@ -71,15 +71,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from aclpipe.config import Params, apply_overrides, params_from_dict, resolved
-from aclpipe.data.tasks import get_task
 from aclpipe.errors import UserError
 from aclpipe.layout import Layout
 from aclpipe.study.campaign.backends import RunResources, parse_resources
 from aclpipe.study.campaign.cells import GRID, Cells, Planned, build_plan, parse_cells
 from aclpipe.study.campaign.grid import Tuning, read_tuning
+from aclpipe.study.campaign.sections import (
+    cells_runs,
+    check_sections,
+    read_fewshot,
+    read_lists,
+    read_spec,
+)
 from aclpipe.study.stats.verdicts import Rules, rules_from
 
 
@@ -289,41 +293,11 @@ def _yaml_value(value: Any) -> str:
 
 def load_campaign(path: Path) -> Campaign:
     """Read and check ``campaign/params.yaml``; every problem is a one-line ``UserError``."""
-    if not path.exists():
-        raise UserError(f"campaign file {path} not found: pass --campaign campaign/params.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        raise UserError(f"{path} is not valid YAML: fix the syntax") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("campaign"), dict):
-        raise UserError(f"{path} has no campaign: section (tasks, seeds, runs)")
-    spec = raw.pop("campaign")
-    keys = {"tasks", "seeds", "runs", "ablations", "ablation_seeds", "experiment", "variants"}
-    keys |= {"task_settings", "verdicts", "fewshot", "fewshot_settings", "cells", "peers"}
-    unknown = set(spec) - keys - {"tune", "resources"}
-    if unknown:
-        raise UserError(
-            f"unknown key campaign.{sorted(unknown)[0]} in {path}: use {', '.join(sorted(keys))}, tune, resources"
-        )
+    raw, spec = read_spec(path)
     from aclpipe.study.campaign.peers import PEER_NAMES, parse_peers
     from aclpipe.training.knobs import METHOD_NAMES, check_method
 
-    tasks, seeds, runs = spec.get("tasks"), spec.get("seeds"), spec.get("runs")
-    for key, value in (("tasks", tasks), ("seeds", seeds), ("runs", runs)):
-        if not isinstance(value, list) or not value:
-            raise UserError(f"campaign.{key} in {path} must be a non-empty list")
-    for name in tasks:
-        get_task(name)
-    ablations, ablation_seeds = spec.get("ablations") or [], spec.get("ablation_seeds") or seeds
-    for key, value in (("seeds", seeds), ("ablation_seeds", ablation_seeds)):
-        if not isinstance(value, list) or not all(
-            isinstance(s, int) and not isinstance(s, bool) for s in value
-        ):
-            raise UserError(
-                f"campaign.{key} in {path} must be a list of whole numbers, got {value}"
-            )
-    if not isinstance(ablations, list) or set(ablations) & set(runs):
-        raise UserError(f"campaign.ablations in {path} must be a list of runs not in campaign.runs")
+    tasks, seeds, runs, ablations, ablation_seeds = read_lists(spec, path)
     experiment = _experiment(spec.get("experiment"), path, tasks, runs + ablations)
     runs = runs + ablations + experiment.runs
     variants = {}
@@ -334,7 +308,7 @@ def load_campaign(path: Path) -> Campaign:
             dict(body.get("set") or {}),
         )
     cells = parse_cells(spec.get("cells"), path, tasks)
-    for name in runs + _cells_runs(cells):
+    for name in runs + cells_runs(cells):
         if name not in METHOD_NAMES and name not in variants and name not in PEER_NAMES:
             raise UserError(
                 f"campaign.runs has {name!r}, which is neither a method ({', '.join(METHOD_NAMES)}), "
@@ -345,9 +319,9 @@ def load_campaign(path: Path) -> Campaign:
     for task, body in settings.items():
         if task not in tasks or not isinstance(body, dict):
             raise UserError(f"campaign.task_settings.{task}: not a task of campaign.tasks")
-        _check_sections(body, f"campaign.task_settings.{task}", "task")
+        check_sections(body, f"campaign.task_settings.{task}", "task")
     tuning = read_tuning(spec["tune"], path, tasks) if spec.get("tune") is not None else None
-    fewshot, fewshot_settings = _fewshot(spec, path, cells)
+    fewshot, fewshot_settings = read_fewshot(spec, path, cells)
     if cells and not fewshot:
         raise UserError(
             f"campaign.cells in {path}: only a few-shot study (campaign.fewshot) has cells"
@@ -375,45 +349,6 @@ def load_campaign(path: Path) -> Campaign:
         for config in tuning.configs_for(task) if tuning else []:
             campaign.tune_params(task, config, tuning.seeds[0])
     return campaign
-
-
-def _cells_runs(cells: dict[str, Cells]) -> list[str]:
-    """The runs a few-shot study's blocks beside its grid plan."""
-    return [run for block in cells.values() for run in block.runs]
-
-
-def _fewshot(
-    spec: dict, path: Path, cells: dict[str, Cells]
-) -> tuple[list[int], dict[int, dict[str, Any]]]:
-    """``campaign.fewshot`` (N, ascending, each once) and ``campaign.fewshot_settings`` (for
-    the grid's N and the cells')."""
-    sizes, settings = spec.get("fewshot") or [], spec.get("fewshot_settings") or {}
-    where = f"campaign.fewshot in {path}"
-    if not isinstance(sizes, list) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes
-    ):
-        raise UserError(f"{where} must be a list of training-set sizes (whole numbers > 0)")
-    if sizes != sorted(set(sizes)):
-        raise UserError(f"{where} must list each N once, ascending, got {sizes}")
-    if sizes and spec.get("ablations"):
-        raise UserError(f"{where}: a few-shot study has no ablations; list every run in runs")
-    if not isinstance(settings, dict):
-        raise UserError(f"campaign.fewshot_settings in {path} must map N to settings")
-    every = set(sizes) | {n for block in cells.values() for n in block.fewshot}
-    for n, body in settings.items():
-        if n not in every or not isinstance(body, dict):
-            raise UserError(f"campaign.fewshot_settings.{n}: not an N of campaign.fewshot or cells")
-        _check_sections(body, f"campaign.fewshot_settings.{n}", "N")
-    return sizes, settings
-
-
-def _check_sections(body: dict, where: str, per: str) -> None:
-    """Settings per task or per N may only override these sections of the params."""
-    for section in body:
-        if section not in ("data", "train", "evaluate", "model"):
-            raise UserError(
-                f"{where}.{section}: only data, train, evaluate and model can differ per {per}"
-            )
 
 
 def _experiment(body: Any, path: Path, tasks: list[str], others: list[str]) -> Experiment:
