@@ -94,6 +94,7 @@ def refit_heads(
     for head, exit_features_ in zip(model.heads, features):
         weight, bias, ok = fit_logistic(exit_features_, labels, model.spec.num_labels, refit)
         classifier = head.classifier
+        assert isinstance(classifier, torch.nn.Linear)  # every exit head ends in one
         with torch.no_grad():
             classifier.weight.copy_(torch.as_tensor(weight, dtype=classifier.weight.dtype))
             classifier.bias.copy_(torch.as_tensor(bias, dtype=classifier.bias.dtype))
