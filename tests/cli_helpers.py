@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
@@ -30,3 +31,16 @@ def tree(root: Path) -> dict[str, str | None]:
         else None
         for p in sorted(root.rglob("*"))
     }
+
+
+def write_study(folder: Path, base: dict, grid: dict, **spec) -> Path:
+    """A few-shot study's params file under ``folder/fewshot``: the params ``base`` (the tiny
+    model's), its ``campaign:`` section ``grid`` updated by ``spec``, batches of 4 and a quarter
+    of the training rows held out as the validation split."""
+    path = folder / "fewshot" / "params.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = {**base, "campaign": {**grid, **spec}}
+    raw["train"].update(batch_size=4, score_each_epoch=False)
+    raw["data"].update(validation_fraction=0.25)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path

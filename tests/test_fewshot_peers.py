@@ -7,10 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
+import cli_helpers
 import numpy as np
 import pytest
 import torch
-import yaml
 from typer.testing import CliRunner
 
 from aclpipe.cli import app
@@ -29,13 +29,7 @@ GRID = {
 
 
 def write_study(folder: Path, base: dict, **spec) -> Path:
-    path = folder / "fewshot" / "params.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = {**base, "campaign": {**GRID, **spec}}
-    raw["train"].update(batch_size=4, score_each_epoch=False)
-    raw["data"].update(validation_fraction=0.25)
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return path
+    return cli_helpers.write_study(folder, base, GRID, **spec)
 
 
 CELLS = {

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import cli_helpers
 import numpy as np
 import pytest
 import yaml
@@ -44,13 +45,7 @@ STUDY = {
 
 
 def write_study(folder: Path, base: dict, **spec) -> Path:
-    path = folder / "fewshot" / "params.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = {**base, "campaign": {**STUDY, **spec}}
-    raw["train"].update(batch_size=4, score_each_epoch=False)
-    raw["data"].update(validation_fraction=0.25)
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return path
+    return cli_helpers.write_study(folder, base, STUDY, **spec)
 
 
 def test_study_params_set_the_draw_the_recipe_and_the_seed(tmp_path, params_dict) -> None:
