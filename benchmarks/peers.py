@@ -191,7 +191,31 @@ def aclpipe_contender(export: Path, precision: str, batch: int, threads: int,
     return run
 
 
-def in_process(export: Path, early: Path | None, worker: OptimumWorker, texts: list[str],
+def early_exit_model(export: Path) -> dict:
+    """What the JSON says of a multi-exit export: its pooling, exits, the default exit setting
+    predict and serve run it at (the export's ``default_setting``), and its dev scores there."""
+    from aclpipe.early_exit.predict import Predictor
+
+    record = json.loads((export / "export.json").read_text()) if export.exists() else {}
+    if not (record.get("int8") or {}).get("segments"):
+        raise SystemExit(
+            f"no int8 early-exit export in {export}: run `aclpipe evaluate` (its exit sweep, "
+            "with the ce reference) and `aclpipe export-exits --int8` first"
+        )
+    chosen = Predictor(export, engine="onnx")  # the setting predict and serve default to
+    stored = record.get("default_setting") or {}
+    return {
+        "task": record.get("task"), "method": export.parent.name,  # models/<task>/<method>/export
+        "pooling": record.get("pooling"), "exits": record.get("exits"),
+        "train_examples": train_examples(export.parents[3]),
+        "setting": {"policy": chosen.policy, "threshold": chosen.threshold,
+                    "source": chosen.setting_source,
+                    **{k: v for k, v in stored.items() if k not in ("policy", "threshold")}},
+        "int8_at_the_setting_on_dev": record["int8"].get("default_setting"),
+    }  # fmt: skip
+
+
+def in_process(export: Path, early: dict[str, Path], worker: OptimumWorker, texts: list[str],
                gold: list[int], threads: int, rounds: int, blocks: int) -> dict:  # fmt: skip
     results: dict = {}
     for batch in (1, 32):
@@ -203,10 +227,10 @@ def in_process(export: Path, early: Path | None, worker: OptimumWorker, texts: l
             contenders[f"optimum-{precision}"] = (
                 lambda t, v=precision, b=batch: worker(v, b, t)
             )  # fmt: skip
-        if early is not None:
+        for prefix, folder in early.items():
             for precision in ("fp32", "int8"):
-                contenders[f"{EARLY}-{precision}"] = aclpipe_contender(
-                    early, precision, batch, threads, None
+                contenders[f"{prefix}-{precision}"] = aclpipe_contender(
+                    folder, precision, batch, threads, None
                 )
         for run in contenders.values():  # warm-up
             run(texts[:32])
@@ -248,7 +272,8 @@ def in_process(export: Path, early: Path | None, worker: OptimumWorker, texts: l
 # -- 2. whole process ------------------------------------------------------------------------
 
 
-def whole_process(export: Path, early: Path | None, optimum: Path, onnx: Path, texts: list[str],
+def whole_process(export: Path, early: dict[str, Path], optimum: Path, onnx: Path,
+                  texts: list[str],
                   gold: list[int], copies: int, threads: int, repeats: int,
                   work: Path) -> dict:  # fmt: skip
     source = work / "sentences.txt"
@@ -264,9 +289,9 @@ def whole_process(export: Path, early: Path | None, optimum: Path, onnx: Path, t
                                      str(onnx), precision, str(source), "32",
                                      "--threads", str(threads)],
         }  # fmt: skip
-        if early is not None:  # at the export's default exit setting: no --policy
-            commands[f"{EARLY}-{precision}"] = [
-                sys.executable, "-m", "aclpipe.cli", "predict", "--model", str(early), "-i",
+        for prefix, folder in early.items():  # the export's default exit setting: no --policy
+            commands[f"{prefix}-{precision}"] = [
+                sys.executable, "-m", "aclpipe.cli", "predict", "--model", str(folder), "-i",
                 str(source), "--batch-size", "32", "--threads", str(threads), "--precision",
                 precision]  # fmt: skip
         times: dict[str, list[float]] = {name: [] for name in commands}
@@ -374,12 +399,12 @@ def wrk_version() -> str:
     return (done.stdout + done.stderr).split("\n")[0].strip()
 
 
-def servers(args, export: Path, early: Path | None, plain: Path, pythons: dict,
+def servers(args, export: Path, early: dict[str, Path], plain: Path, pythons: dict,
             texts: list[str], gold: list[int], work: Path) -> dict:  # fmt: skip
     rates = [float(r) for r in args.rates.split(",")]
     out: dict = {}
-    if early is not None:  # aclpipe serve on the multi-exit export, its default exit setting
-        server = Server(early, ["--threads", str(args.threads), "--precision", "int8"])
+    if EARLY in early:  # aclpipe serve on the judged multi-exit export, its default setting
+        server = Server(early[EARLY], ["--threads", str(args.threads), "--precision", "int8"])
         try:
             body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
             steps = ladder(server.port, "/predict", body, lambda a: a["label"], rates,
@@ -456,10 +481,11 @@ def targets(inproc: dict, serving: dict) -> list[dict]:
     rows are recorded beside, ``judged`` false. The accuracy check is explicit: the contender's
     dev accuracy is at most 1 point below Optimum int8's, on the same sentences."""
     early = f"{EARLY}-int8" in inproc["batch_1"]
+    others = [n for n in inproc["batch_1"] if n.startswith(EARLY) and n.endswith("-int8")]
     out = []
     for batch, goal in (("batch_1", 2.0), ("batch_32", 3.0)):
         theirs = inproc[batch]["optimum-int8"]
-        for name in [f"{EARLY}-int8", "aclpipe-int8"] if early else ["aclpipe-int8"]:
+        for name in sorted(others, key=lambda n: n != f"{EARLY}-int8") + ["aclpipe-int8"]:
             ours = inproc[batch][name]
             ratio = ours["sentences_per_s"] / theirs["sentences_per_s"]
             points = (ours["accuracy"] - theirs["accuracy"]) * 100
@@ -503,15 +529,20 @@ def render(result: dict) -> str:
         f"after), {result['threads']} intra-op thread(s) per engine, {result['sentences']} "
         "SST-2 dev sentences; accuracy on dev in brackets.",
     ]
-    early = result.get("early_exit_model")
+    early = result.get("early_exit_models")
     if early:
-        setting = early["setting"]
-        lines += ["", f"{EARLY}: the {early['method']} multi-exit export ({early['pooling']} "
-                  f"pooling, exits {', '.join(map(str, early['exits']))}) at its default exit "
-                  f"setting, {setting['policy']} {setting['threshold']:g} (chosen on the "
-                  f"validation split within a {setting.get('budget_points', '?')}-point budget); "
-                  f"aclpipe-fp32/int8: the single-exit {result['model']['method']} export, "
-                  "every layer; the peers run the single-exit model.",
+        lines.append("")
+        for prefix, model in early.items():
+            setting = model["setting"]
+            lines.append(
+                f"{prefix}-fp32/int8: the {model['method']} multi-exit export ({model['pooling']} "
+                f"pooling, exits {', '.join(map(str, model['exits']))}{model.get('note', '')}) at "
+                f"its default exit setting, {setting['policy']} {setting['threshold']:g} (chosen "
+                f"on the validation split within a {setting.get('budget_points', '?')}-point "
+                "budget)" + ("; the targets' contender." if prefix == EARLY else "; not judged."))
+        lines += [f"aclpipe-fp32/int8: the single-exit {result['model']['method']} export "
+                  f"({result['model']['pooling']} pooling), every layer; the peers run this "
+                  "single-exit model.",
                   "",
                   "| in process | batch 1 | batch 32 | mean exit layer (batch 1, 32) |",
                   "| --- | --- | --- | --- |"]  # fmt: skip
@@ -603,6 +634,11 @@ def main() -> None:
         "--wrk-connections", default="1,16",
         help="wrk's connection counts; the first is judged (below saturation: see the docstring)",
     )  # fmt: skip
+    parser.add_argument(
+        "--also-early-exit", action="append", default=[], metavar="LABEL=FOLDER",
+        help="another multi-exit export folder raced beside at its default setting, not judged "
+        "(aclpipe-early-exit-LABEL-*); repeatable",
+    )  # fmt: skip
     parser.add_argument("--skip-servers", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers.json"))
     parser.add_argument(
@@ -622,23 +658,13 @@ def main() -> None:
     record = json.loads((export / "export.json").read_text()) if export.exists() else {}
     if not (record.get("int8") or {}).get("segments"):
         aclpipe("export-exits", "--task", "sst2", "--method", args.method, "--int8", cwd=project)
-    early, early_record = None, {}
+    early: dict[str, Path] = {}
     if args.early_exit_method:
-        early = project / "models" / "sst2" / args.early_exit_method / "export"
-        early_record = json.loads((early / "export.json").read_text()) if early.exists() else {}
-        if not (early_record.get("int8") or {}).get("segments"):
-            raise SystemExit(
-                f"no int8 export of {args.early_exit_method} in {early}: run `aclpipe evaluate "
-                f"--task sst2 --method {args.early_exit_method}` (its exit sweep) and `aclpipe "
-                f"export-exits --task sst2 --method {args.early_exit_method} --int8` first"
-            )
-        from aclpipe.early_exit.predict import Predictor
-
-        chosen = Predictor(early, engine="onnx")  # the setting predict and serve default to
-        setting = {"policy": chosen.policy, "threshold": chosen.threshold,
-                   "source": chosen.setting_source,
-                   **{k: v for k, v in (early_record.get("default_setting") or {}).items()
-                      if k not in ("policy", "threshold", "source")}}  # fmt: skip
+        early[EARLY] = project / "models" / "sst2" / args.early_exit_method / "export"
+    for extra in args.also_early_exit:
+        label, _, folder = extra.partition("=")
+        early[f"{EARLY}-{label}"] = Path(folder).resolve()
+    described = {prefix: early_exit_model(folder) for prefix, folder in early.items()}
     plain = work / "hf-plain"
     aclpipe("export-hf", "--task", "sst2", "--method", args.method, "--plain", "--out",
             str(plain), cwd=project)  # fmt: skip
@@ -685,12 +711,7 @@ def main() -> None:
                   "exits": record.get("exits"),
                   "train_examples": train_examples(project),
                   "dev_accuracy_of_the_export": (record.get("int8") or {}).get("score")},  # fmt: skip
-        **({"early_exit_model": {
-            "task": "sst2", "method": args.early_exit_method,
-            "pooling": early_record.get("pooling"), "exits": early_record.get("exits"),
-            "train_examples": train_examples(project), "setting": setting,
-            "int8_at_the_setting_on_dev": (early_record["int8"] or {}).get("default_setting"),
-        }} if early is not None else {}),  # fmt: skip
+        "early_exit_models": described,
         "sentences": len(texts),
         "threads": args.threads,
         "in_process": inproc,
@@ -700,7 +721,8 @@ def main() -> None:
                     if "steps" in s else s for name, s in serving.items()},  # fmt: skip
         "targets": targets(inproc, serving),
         "options": {k: v for k, v in vars(args).items()
-                    if k not in ("project", "glue_dir", "cache", "out", "doc")},
+                    if k not in ("project", "glue_dir", "cache", "out", "doc", "also_early_exit")},
+        "also_early_exit": [e.partition("=")[0] for e in args.also_early_exit],  # labels only
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps(result, indent=2) + "\n")
