@@ -53,7 +53,8 @@ Traffic goes to 127.0.0.1 only; every step and wait is bounded, and every server
 Usage (from a project root holding a trained ``models/sst2/ce`` and an int8 export of
 ``models/sst2/acl-cl``, e.g. after ``aclpipe prepare --task sst2``, ``aclpipe finetune --task
 sst2 --method ce,acl-cl --set model.pooling=cls``, ``aclpipe evaluate --task sst2 --method
-acl-cl --set model.pooling=cls`` and ``aclpipe export-exits --task sst2 --method acl-cl --set
+ce,acl-cl --set model.pooling=cls`` (acl-cl's exit sweep, and ce's score: the reference of
+its 1-point budget) and ``aclpipe export-exits --task sst2 --method acl-cl --set
 model.pooling=cls --int8``; downloads the peers' packages on the first run)::
 
     python benchmarks/peers.py [--project .] [--glue-dir ../shared/glue] [--threads 1]
