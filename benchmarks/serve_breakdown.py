@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from serve_load import Client, closed_loop, sst2_dev, stack  # noqa: E402
-from threads import machine  # noqa: E402
+from threads import machine, recorded_path  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
 
@@ -214,7 +214,7 @@ def main() -> None:
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
     runs = {**previous.get("runs", {}), args.label: {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "export": args.export.as_posix(), "precision": args.precision,
+        "export": recorded_path(args.export), "precision": args.precision,
         "threads": args.threads, "connections": args.connections, "machine": machine(),
         "stack": stack(), "load_average_at_end": os.getloadavg(), **result,
     }}  # fmt: skip
