@@ -389,7 +389,8 @@ def plot(
                 ax.axvline(r["start"], color="black", lw=0.6)
     for r in rows:
         if not r["start"] or r["phase"] != rows[rows.index(r) - 1]["phase"]:
-            axes[2].annotate(r["phase"], (r["start"], 1.02), fontsize=8)
+            axes[2].annotate(r["phase"], (r["start"], 0.02), xycoords=("data", "axes fraction"),
+                             fontsize=8)  # fmt: skip
     axes[0].legend(fontsize=8, loc="lower left")
     axes[2].legend(fontsize=8, loc="upper right")
     fig.tight_layout()

@@ -119,7 +119,8 @@ async def replay(servers: dict[str, Server], stream: list[dict], times: list[flo
         answers[name][i] = (got["label"], got["exit_layer"], loop.time() - start - times[i], None)
 
     async def sample(i: int) -> None:
-        row = {"record": i, "cpu": {n: cpu_seconds(s.proc.pid) for n, s in servers.items()}}
+        row = {"record": i, "cpu": {n: cpu_seconds(s.proc.pid) for n, s in servers.items()},
+               "load": os.getloadavg()[0]}  # fmt: skip
         if "recalibrated" in servers:
             port = servers["recalibrated"].port
             try:  # a busy server may not answer in time: the sample goes without it
@@ -283,6 +284,11 @@ def run(args) -> dict:
         "machine": machine(),
         "stack": stack(),
         "load_average_at_end": os.getloadavg(),
+        "load_average_1min_during": {  # the machine's, sampled with the CPU seconds
+            "min": min(s["load"] for s in samples),
+            "max": max(s["load"] for s in samples),
+            "mean": round(statistics.fmean(s["load"] for s in samples), 2),
+        },
         "servers": {name: ["aclpipe", "serve", *o] for name, o in options(setting, args).items()},
         "threads_per_server": 1,
         "exit_codes_after_sigterm": stopped,

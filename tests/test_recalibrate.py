@@ -180,6 +180,39 @@ def test_never_moves_on_a_window_smaller_than_its_minimum(window, min_window, ev
     assert all(e.window >= min_window for e in events)
 
 
+@pytest.mark.parametrize("target", [0.5, 0.9, 0.96, 0.985, 0.99, 0.999])
+@pytest.mark.parametrize("confidence", [0.9, 0.95])
+@pytest.mark.parametrize(("window", "min_window"), [(1000, 200), (500, 150), (300, 10)])
+def test_ready_is_the_fewest_observations_a_flawless_window_could_pass_on(
+    target: float, confidence: float, window: int, min_window: int
+) -> None:
+    """``ready``: min_window, or the smallest n whose bound with n agreeing of n reaches
+    target + hysteresis (counted up one at a time here), at most the window."""
+    control = controller(target=target, confidence=confidence, window=window,
+                         min_window=min_window)  # fmt: skip
+    n = 1
+    while n < window and wilson_lower(n, n, confidence) < target + control.hysteresis:
+        n += 1
+    assert control.ready == min(window, max(min_window, n))
+    assert control.status()["ready"] == control.ready
+
+
+def test_a_flawless_stream_never_moves_the_threshold() -> None:
+    """Every exit gives the last exit's answer at every confidence: nothing to tighten for.
+    With a target of 0.99 a window of 100 could not show it even so (bound 0.974); the
+    controller waits for 539 observations (0.995 with the hysteresis) and then stays."""
+    rng = np.random.default_rng(3)
+    n = 1500
+    final = rng.integers(0, 2, n)
+    margin = rng.uniform(0.1, 4, (len(EXITS), n))  # [E, N] each exit's margin, same answer
+    sign = np.where(final == 1, 1.0, -1.0)[None]
+    logits = np.stack([-margin * sign / 2, margin * sign / 2], -1)  # [E, N, 2]
+    control = controller(target=0.99, window=1000, min_window=100, every=1)
+    assert control.ready == 539
+    assert not feed(control, logits)
+    assert control.threshold == OFFLINE and control.status()["agreement"] == 1.0
+
+
 @pytest.mark.parametrize("max_step", [0.01, 0.05, 0.2])
 def test_steps_are_bounded_and_never_looser_than_offline(max_step: float) -> None:
     rng = np.random.default_rng(2)

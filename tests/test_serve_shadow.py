@@ -13,6 +13,7 @@ import asyncio
 import io
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -171,6 +172,81 @@ def test_the_answer_is_sent_while_the_shadow_work_is_blocked() -> None:
         gate.set()
         batcher.close(5)
     assert watch.observed == 1 and watch.status()["controller"]["window"] == 1
+
+
+class StuckController(Controller):
+    """A controller whose ``observe`` waits for ``gate``: the shadow thread stuck inside it."""
+
+    gate: threading.Event | None = None
+
+    def observe(self, observation):
+        assert self.gate is not None and self.gate.wait(30)
+        return super().observe(observation)
+
+
+def in_thread(fn, timeout: float):
+    """``fn()`` in its own thread; its result, or a failure when it takes over ``timeout`` s
+    (an event loop blocked on a lock cannot time itself out)."""
+    box: list = []
+    worker = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert box, f"no answer within {timeout} s"
+    return box[0]
+
+
+@pytest.mark.parametrize("threshold", [0.9, 0.99])  # every record leaves early / at the last exit
+def test_answers_info_and_metrics_never_wait_for_the_shadow_work(threshold: float) -> None:
+    """The shadow thread stuck inside the controller (a slow update, or a thread the kernel
+    does not schedule): answers, /info and /metrics still come at once, with the counts of
+    the records drawn; once it goes on, every record is observed."""
+    gate = threading.Event()
+    engine = ExitEngine(threshold)
+    controller = StuckController("confidence", threshold, EXITS, 0.99, adjust=True)
+    controller.gate = gate
+    watch = Watch(engine, ShadowSampler(1.0, 1e6, 1e6), controller, True, io.StringIO())
+    settings = ServeSettings(model=Path("served"), shadow=1.0, recalibrate=True)
+    metrics = Metrics(EXITS)
+    register_metrics(metrics.registry, watch)
+    batcher = MicroBatcher(engine.answer, 32, 0.0, settings.max_queue, watch=watch)
+    app = build_app(batcher, Model(), metrics, _limits(settings), settings, {},
+                    {"setting": {"threshold": threshold}}, watch)  # fmt: skip
+
+    async def calls():
+        out = [await post(app, {"text": text}) for text in TEXTS]
+        return out, await call(app, "GET", "/info"), await call(app, "GET", "/metrics")
+
+    try:
+        sent, (code, _, body), (metrics_code, _, _) = in_thread(lambda: asyncio.run(calls()), 10)
+        assert [status for status, _, _ in sent] == [200] * len(TEXTS)
+        assert code == metrics_code == 200
+        shown = json.loads(body)["shadow"]
+        assert shown["drawn"] == len(TEXTS) and shown["observed"] == 0
+        assert shown["controller"]["window"] == 0 and shown["threshold"] == threshold
+    finally:
+        gate.set()
+        batcher.close(10)
+    shown = watch.status()
+    assert shown["observed"] == len(TEXTS) == shown["controller"]["window"]
+
+
+def test_the_shadow_thread_runs_at_the_priority_of_the_threads_that_answer() -> None:
+    """A Python thread holds the GIL between its ONNX calls; at a lower OS priority, the kernel
+    leaves it unscheduled on a busy machine while every other thread of the process (the event
+    loop, the batch worker) waits for that GIL: a priority inversion that stalled a loaded
+    server for a second at a time."""
+    getpriority = getattr(os, "getpriority", None)
+    if getpriority is None:
+        pytest.skip("no per-thread priority on this OS")
+    app, batcher, watch, _ = make_app(ExitEngine(0.9), 1.0)
+    try:
+        answers(app, TEXTS[:2])
+        settle(watch)
+        shadow = getpriority(os.PRIO_PROCESS, watch._thread.native_id)
+        worker = getpriority(os.PRIO_PROCESS, batcher._worker.native_id)
+        assert shadow == worker == getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    finally:
+        batcher.close(5)
 
 
 def test_metrics_and_info_show_the_watch() -> None:

@@ -34,7 +34,11 @@ before the exit is known), so the window's share is an unbiased estimate of the 
 
 **Rule** (``Controller.update``, every ``every`` new observations):
 
-1. No move while the window holds fewer than ``min_window`` observations.
+1. No move while the window holds fewer than ``ready`` observations: ``min_window``, or more
+   when that is too few for a flawless window to show ``target + hysteresis`` (the bound of
+   ``n`` agreeing observations out of ``n`` is ``n / (n + z^2)``), at most the window. On
+   fewer, every candidate fails whatever the traffic, so the rule would tighten on the
+   sample's size alone, and could not loosen back until the window had grown.
 2. For each candidate ``c`` between the offline threshold and the strictest one (the grid of
    ``candidates``: never looser than offline), ``L(c)`` = the Wilson lower bound, one-sided at
    ``confidence``, of the window's agreement under ``c`` (``wilson_lower``). Few observations
@@ -54,6 +58,7 @@ on their grid (``GRID_POINTS`` values between the offline threshold and the stri
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
@@ -105,6 +110,16 @@ def harm_bound(
         return 1.0
     p_upper = 1.0 - float(wilson_lower(early_wins, decided, confidence))
     return min(1.0, max(MIN_HARM, 2 * p_upper - 1))
+
+
+def observations_needed(target: float, confidence: float) -> float:
+    """The fewest observations ``n`` whose Wilson lower bound, all ``n`` agreeing, reaches
+    ``target``: ``n / (n + z^2) >= target``, so ``n >= z^2 target / (1 - target)``; infinite
+    for a target of 1 or more."""
+    if target >= 1:
+        return math.inf
+    z = NormalDist().inv_cdf(confidence)
+    return math.ceil(z * z * target / (1 - target) - 1e-9)
 
 
 def candidates(policy: str, offline: float, num_exits: int) -> np.ndarray:
@@ -170,7 +185,7 @@ class Controller:
     exit_layers: list[int]  # 1-based layer of each exit (the cost of leaving there)
     target: float  # the agreement to keep (target_agreement)
     window: int = 1000  # observations judged (the newest)
-    min_window: int = 200  # no move on fewer
+    min_window: int = 200  # no move on fewer (nor on fewer than ``ready``)
     every: int = 25  # observations between updates
     confidence: float = 0.95  # of the one-sided Wilson bound
     hysteresis: float = 0.005  # a looser goal must meet target + this
@@ -188,6 +203,8 @@ class Controller:
                 "observations, and min_window at least 1"
             )
         self.threshold = float(self.offline)
+        flawless = observations_needed(self.target + self.hysteresis, self.confidence)
+        self.ready = int(min(self.window, max(self.min_window, flawless)))  # rule, step 1
         self.events = deque(maxlen=EVENTS_KEPT)
         self.grid = candidates(self.policy, self.offline, len(self.exit_layers))
         num_exits = len(self.exit_layers)
@@ -206,7 +223,7 @@ class Controller:
         self._served[slot] = observation.exit
         self.seen += 1
         self._filled = min(self._filled + 1, self.window)
-        if not self.adjust or self._filled < self.min_window or self.seen % self.every:
+        if not self.adjust or self._filled < self.ready or self.seen % self.every:
             return None
         return self.update()
 
@@ -242,6 +259,7 @@ class Controller:
             "offline": self.offline,
             "target": self.target,
             "window": n,
+            "ready": self.ready,
             "agreement": None if share is None else float(share),
             "lower_bound": None if lower is None else float(lower),
             "moves": self.moves,

@@ -11,29 +11,37 @@ cohort and iteration, ``early_exit.iteration``):
    ``on_exit`` hook): a picked row keeps its logits at every exit it passes, and when it
    leaves before the last exit, its states and mask row (``[S, 1, T, H]``, ``[1, T]``, cut to
    its own length) become a ``Handoff``.
-3. The scheduler sends the batch's answers FIRST, then ``Watch.hand_over`` puts each handoff
-   on a bounded queue (full: the handoff is dropped and counted, never waited for); a picked
-   row that reached the last exit is observed at once (its exits were all computed).
-4. A separate thread (``aclpipe-shadow``, at the lowest CPU priority the OS gives a thread)
-   runs a handoff's remaining segments, turns its logits ``[E, C]`` into an ``Observation``,
-   gives it to the ``Controller`` under the lock, and charges the sampler the CPU seconds it
-   took; the scheduler credits ``share`` of every served batch's CPU seconds
-   (``Watch.served``). Both are the calling thread's CPU time (``time.thread_time``): wall
-   time would charge the shadow thread for waiting at its low priority on a busy machine,
-   and refuse most draws there. With ``--threads`` > 1 the engine's pool threads are
-   counted on neither side.
+3. The scheduler sends the batch's answers FIRST, then ``Watch.hand_over`` puts each picked
+   row on a bounded queue (full: it is dropped and counted, never waited for), whether it
+   left early or reached the last exit, so that a full queue drops records whatever their
+   exit and the window stays uniform over the traffic.
+4. A separate thread (``aclpipe-shadow``) runs a handoff's remaining segments (none for a row
+   that reached the last exit), turns its logits ``[E, C]`` into an ``Observation``, gives it
+   to the ``Controller``, and charges the sampler the CPU seconds it took; the scheduler
+   credits ``share`` of every served batch's CPU seconds (``Watch.served``). Both are the
+   calling thread's CPU time (``time.thread_time``), so waiting for a core is not charged.
+   With ``--threads`` > 1 the engine's pool threads are counted on neither side.
 5. With ``--recalibrate`` a controller move is one JSON line on stderr (``Event.as_dict``),
    and the scheduler swaps the engine's threshold before its next batch (``Watch.retune``),
    never during one. Without it the controller keeps its window and never moves.
+
+**Nothing that answers waits for the shadow work.** Only the shadow thread touches the
+controller; after each observation it publishes the controller's status, and ``/info`` and
+``/metrics`` read the newest one (``Watch.status``), so the event loop never waits for a
+controller update. The lock the serving threads take (``pick``, ``served``) guards the
+sampler's counters only. The shadow thread runs at the process's own CPU priority: a
+lowered one (``nice``) is a priority inversion in Python, because between its ONNX calls the
+thread holds the GIL, and a holder that the kernel leaves unscheduled on a busy machine
+stalls every thread of the process, the event loop included (a ``--shadow`` server that
+shared a core with a busy process stalled for a second at a time at nice 19). The token
+bucket bounds what the shadow work costs.
 
 Runs on the onnx engine (a row's states are the segments' inputs). No torch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import queue
 import sys
 import threading
@@ -137,6 +145,7 @@ class Watch:
         self.applied = controller.threshold  # the threshold the engine serves with
         self.observed = self.dropped = self.failed = 0
         self.pending: queue.Queue[Handoff | None] = queue.Queue(max_pending)
+        self._published = self._publish()  # replaced whole by the shadow thread, never edited
         self._thread = threading.Thread(target=self._run, name="aclpipe-shadow", daemon=True)
         self._thread.start()
 
@@ -150,19 +159,15 @@ class Watch:
 
     def retune(self) -> None:
         """Swap the engine's threshold to the controller's, if it moved (between batches)."""
-        with self.lock:
-            wanted = self.controller.threshold
+        wanted = self._published["threshold"]
         if wanted != self.applied:
             self.engine.set_threshold(wanted)
             self.applied = wanted
 
     def hand_over(self, handoffs: list[Handoff]) -> None:
-        """After the batch's answers are sent: observe the picked rows that ran to the last
-        exit, queue the others for the shadow thread."""
+        """After the batch's answers are sent: queue the picked rows for the shadow thread
+        (a full queue drops them, whatever their exit: module docstring)."""
         for handoff in handoffs:
-            if handoff.rest is None:
-                self._observe(handoff.seen, handoff.exit, 0.0)
-                continue
             try:
                 self.pending.put_nowait(handoff)
             except queue.Full:
@@ -170,30 +175,30 @@ class Watch:
                     self.dropped += 1
 
     def _run(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread; else: as is
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while (handoff := self.pending.get()) is not None:
-            began = time.thread_time()  # CPU seconds: waiting at low priority costs nothing
-            rest = handoff.rest
-            assert rest is not None  # queued only with layers left to run (hand_over)
+            began = time.thread_time()  # CPU seconds: waiting for a core costs nothing
             try:
-                logits = np.concatenate([handoff.seen, rest()])  # [E, C]
+                logits = handoff.seen if handoff.rest is None else np.concatenate(
+                    [handoff.seen, handoff.rest()])  # fmt: skip  # [E, C]
             except Exception:  # noqa: BLE001 - a failed shadow run costs its observation only
                 with self.lock:
                     self.failed += 1
                     self.sampler.charge(time.thread_time() - began)
                 continue
-            self._observe(logits, handoff.exit, time.thread_time() - began)
+            event = self.controller.observe(observe(logits, handoff.exit))
+            self._published = self._publish()
+            with self.lock:
+                self.sampler.charge(time.thread_time() - began)
+                self.observed += 1
+            if event is not None:
+                print(json.dumps({"event": "recalibrate", **event.as_dict()}),
+                      file=self.log or sys.stderr, flush=True)  # fmt: skip
 
-    def _observe(self, logits: np.ndarray, exit_taken: int, seconds: float) -> None:
-        observation = observe(logits, exit_taken)
-        with self.lock:
-            event = self.controller.observe(observation)
-            self.sampler.charge(seconds)
-            self.observed += 1
-        if event is not None:
-            print(json.dumps({"event": "recalibrate", **event.as_dict()}),
-                  file=self.log or sys.stderr, flush=True)  # fmt: skip
+    def _publish(self) -> dict:
+        """The controller's status and newest moves, as the shadow thread leaves them."""
+        c = self.controller
+        return {"threshold": c.threshold, "controller": c.status(),
+                "events": [e.as_dict() for e in list(c.events)[-EVENTS_SHOWN:]]}  # fmt: skip
 
     def drain(self, timeout: float | None = None) -> None:
         """Let the shadow thread finish what is queued, then stop it."""
@@ -205,17 +210,18 @@ class Watch:
 
     def status(self) -> dict:
         """/info's ``shadow`` section: the knobs, the counts, the controller's status and its
-        newest moves."""
+        newest moves as the shadow thread last published them (never waits for it)."""
+        published = self._published
         with self.lock:
-            s, c = self.sampler, self.controller
+            s = self.sampler
             return {
                 "threshold": self.applied,  # served with; the controller's is next batch's
                 "fraction": s.fraction, "share": s.share, "recalibrate": self.recalibrate,
                 "drawn": s.drawn, "refused": s.refused, "observed": self.observed,
                 "dropped": self.dropped, "failed": self.failed,
                 "pending": self.pending.qsize(), "served_seconds": s.served_cost,
-                "shadow_seconds": s.shadow_cost, "controller": c.status(),
-                "events": [e.as_dict() for e in list(c.events)[-EVENTS_SHOWN:]],
+                "shadow_seconds": s.shadow_cost, "controller": published["controller"],
+                "events": published["events"],
             }  # fmt: skip
 
 
