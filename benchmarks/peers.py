@@ -5,11 +5,13 @@ aclpipe reads its ``export-exits --int8`` folder; the peers read the stock
 ``BertForSequenceClassification`` folder ``aclpipe export-hf --plain`` writes of it (the
 remote-code folder loads in Optimum's transformers 4.55 too, but Optimum's ONNX exporter knows
 only the architectures it registers). Beside it races what a user ships with aclpipe
-(``--early-exit-method``, ``aclpipe-early-exit-*``): a multi-exit model trained on the same
-rows (acl-cl, [CLS] pooling), its ``export-exits --int8`` folder run at the export's default
-exit setting (the 1-point budget's pick on the validation split), as ``predict`` and ``serve``
-run it without ``--policy``; the targets are judged on it, its dev accuracy against Optimum
-int8's on the same sentences. Each peer runs in its
+(``aclpipe-early-exit-*``): a multi-exit model trained on the same rows, its ``export-exits
+--int8`` folder run at the export's default exit setting (the 1-point budget's pick on the
+validation split), as ``predict`` and ``serve`` run it without ``--policy``; the targets are
+judged on it, its dev accuracy against Optimum int8's on the same sentences. The judged one is
+``--early-exit FOLDER`` (the default pipeline's acl-cl export: mean pooling, as ``dvc repro``
+trains it), else the project's ``models/sst2/<--early-exit-method>/export``;
+``--also-early-exit LABEL=FOLDER`` races more exports beside, not judged. Each peer runs in its
 own virtual environment, built here from the pinned files beside this script
 (``benchmarks/peers/<peer>.txt``) under ``--cache`` (never in the repository) and reused while
 its requirements are unchanged:
@@ -50,15 +52,14 @@ most 1 point below Optimum int8's (``accuracy_within_1_point``); ``aclpipe serve
 infinity's highest rate at p99 <= 50 ms.
 Traffic goes to 127.0.0.1 only; every step and wait is bounded, and every server is stopped.
 
-Usage (from a project root holding a trained ``models/sst2/ce`` and an int8 export of
-``models/sst2/acl-cl``, e.g. after ``aclpipe prepare --task sst2``, ``aclpipe finetune --task
-sst2 --method ce,acl-cl --set model.pooling=cls``, ``aclpipe evaluate --task sst2 --method
-ce,acl-cl --set model.pooling=cls`` (acl-cl's exit sweep, and ce's score: the reference of
-its 1-point budget) and ``aclpipe export-exits --task sst2 --method acl-cl --set
-model.pooling=cls --int8``; downloads the peers' packages on the first run)::
+Usage (from a project root holding a trained [CLS] ``models/sst2/ce``, e.g. after ``aclpipe
+prepare --task sst2``, ``aclpipe finetune --task sst2 --method ce --set model.pooling=cls``
+and ``aclpipe evaluate --task sst2 --method ce --set model.pooling=cls``; the judged export
+from another project that ran ``dvc repro``; downloads the peers' packages on the first run)::
 
     python benchmarks/peers.py [--project .] [--glue-dir ../shared/glue] [--threads 1]
-        [--early-exit-method acl-cl] [--cache ~/.cache/aclpipe/peers]
+        [--early-exit <pipeline project>/models/sst2/acl-cl/export]
+        [--also-early-exit LABEL=FOLDER] [--cache ~/.cache/aclpipe/peers]
         [--out benchmarks/results/peers.json]
 """
 
@@ -638,6 +639,11 @@ def main() -> None:
         help="wrk's connection counts; the first is judged (below saturation: see the docstring)",
     )  # fmt: skip
     parser.add_argument(
+        "--early-exit", type=Path, default=None, metavar="FOLDER",
+        help="the judged multi-exit export folder (default: the project's "
+        "models/sst2/<early-exit-method>/export)",
+    )  # fmt: skip
+    parser.add_argument(
         "--also-early-exit", action="append", default=[], metavar="LABEL=FOLDER",
         help="another multi-exit export folder raced beside at its default setting, not judged "
         "(aclpipe-early-exit-LABEL-*); repeatable",
@@ -662,7 +668,9 @@ def main() -> None:
     if not (record.get("int8") or {}).get("segments"):
         aclpipe("export-exits", "--task", "sst2", "--method", args.method, "--int8", cwd=project)
     early: dict[str, Path] = {}
-    if args.early_exit_method:
+    if args.early_exit:
+        early[EARLY] = args.early_exit.resolve()
+    elif args.early_exit_method:
         early[EARLY] = project / "models" / "sst2" / args.early_exit_method / "export"
     for extra in args.also_early_exit:
         label, _, folder = extra.partition("=")
@@ -724,7 +732,8 @@ def main() -> None:
                     if "steps" in s else s for name, s in serving.items()},  # fmt: skip
         "targets": targets(inproc, serving),
         "options": {k: v for k, v in vars(args).items()
-                    if k not in ("project", "glue_dir", "cache", "out", "doc", "also_early_exit")},
+                    if k not in ("project", "glue_dir", "cache", "out", "doc", "also_early_exit",
+                                  "early_exit")},
         "also_early_exit": [e.partition("=")[0] for e in args.also_early_exit],  # labels only
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
