@@ -401,45 +401,49 @@ def wrk_version() -> str:
     return (done.stdout + done.stderr).split("\n")[0].strip()
 
 
-def servers(args, export: Path, early: dict[str, Path], plain: Path, pythons: dict,
-            texts: list[str], gold: list[int], work: Path) -> dict:  # fmt: skip
-    rates = [float(r) for r in args.rates.split(",")]
-    out: dict = {}
-    if EARLY in early:  # aclpipe serve on the judged multi-exit export, its default setting
-        server = Server(early[EARLY], ["--threads", str(args.threads), "--precision", "int8"])
-        try:
-            body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
-            steps = ladder(server.port, "/predict", body, lambda a: a["label"], rates,
-                           args.seconds, texts, gold, f"{EARLY}-serve")  # fmt: skip
-            out[f"{EARLY}-serve"] = {"command": "aclpipe serve --precision int8 --threads "
-                                     f"{args.threads}", "banner": server.banner,
-                                     "steps": steps}  # fmt: skip
-        finally:
-            server.stop()
-    # aclpipe serve: the project's server on the int8 export
-    server = Server(export, ["--threads", str(args.threads), "--precision", "int8"])
+def aclpipe_serve(folder: Path, name: str, args, rates: list[float], texts: list[str],
+                  gold: list[int], wrk_check: bool) -> tuple[dict, list[dict]]:  # fmt: skip
+    """``aclpipe serve --precision int8`` on ``folder`` up the rate ladder; with
+    ``wrk_check``, also wrk at each of ``--wrk-connections`` and the generator offering wrk's
+    rate open loop (``within_10_percent``; ``rate_over_ladder_saturation`` says where the
+    rate sits)."""
+    server = Server(folder, ["--threads", str(args.threads), "--precision", "int8"])
+    body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
+    checks: list[dict] = []
     try:
-        body = lambda t: json.dumps({"text": t}).encode()  # noqa: E731
         steps = ladder(server.port, "/predict", body, lambda a: a["label"], rates,
-                       args.seconds, texts, gold, "aclpipe-serve")  # fmt: skip
-        out["aclpipe-serve"] = {"command": "aclpipe serve --precision int8 --threads "
-                                f"{args.threads}", "steps": steps}  # fmt: skip
+                       args.seconds, texts, gold, name)  # fmt: skip
+        entry = {"command": f"aclpipe serve --precision int8 --threads {args.threads}",
+                 "banner": server.banner, "steps": steps}  # fmt: skip
         saturation = max(s["throughput_per_s"] for s in steps)
-        checks = []
-        for connections in [int(n) for n in args.wrk_connections.split(",")]:
+        for connections in [int(n) for n in args.wrk_connections.split(",")] if wrk_check else []:
             check = wrk(server.port, texts, connections, args.seconds)
             offered = round(check["requests_per_s"], 1)
             step = asyncio.run(offer(server.port, "/predict", body, lambda a: a["label"],
                                      offered, args.seconds, texts, gold, 99, 5.0))  # fmt: skip
             ratio = step["throughput_in_step_per_s"] / check["requests_per_s"]
-            checks.append({"wrk": check, "generator_at_wrk_rate": step,
+            checks.append({"server": name, "wrk": check, "generator_at_wrk_rate": step,
                            "generator_over_wrk": round(ratio, 3),
                            "within_10_percent": abs(ratio - 1) <= 0.10,
                            "rate_over_ladder_saturation": round(offered / saturation, 3)})  # fmt: skip
-        out["wrk_agreement"] = checks[0]  # the judged one: the first connection count
-        out["wrk_other_connections"] = checks[1:]
     finally:
         server.stop()
+    return entry, checks
+
+
+def servers(args, export: Path, early: dict[str, Path], plain: Path, pythons: dict,
+            texts: list[str], gold: list[int], work: Path) -> dict:  # fmt: skip
+    rates = [float(r) for r in args.rates.split(",")]
+    out: dict = {}
+    judged = EARLY if EARLY in early else "aclpipe"
+    # aclpipe serve on the judged multi-exit export at its default setting, then on the
+    # single-exit export; wrk checks the generator on the judged one
+    for name, folder in ([(EARLY, early[EARLY])] if EARLY in early else []) + [("aclpipe", export)]:
+        out[f"{name}-serve"], checks = aclpipe_serve(folder, f"{name}-serve", args, rates, texts,
+                                                      gold, wrk_check=name == judged)  # fmt: skip
+        if checks:
+            out["wrk_agreement"] = checks[0]  # the judged one: the first connection count
+            out["wrk_other_connections"] = checks[1:]
     # infinity: /classify on its torch engine
     port = free_port()
     infinity = pythons["infinity"].parent / "infinity_emb"
@@ -579,8 +583,10 @@ def render(result: dict) -> str:
         agree = serving.get("wrk_agreement")
         for check in ([agree] if agree else []) + serving.get("wrk_other_connections", []):
             judged = "judged" if check is agree else "not judged: at saturation"
-            lines += ["", f"wrk ({check['wrk']['connections']} connections, {judged}): "
-                      f"{check['wrk']['requests_per_s']:g} requests/s "
+            lines += ["", f"wrk on {check.get('server', 'aclpipe-serve')} "
+                      f"({check['wrk']['connections']} connections, {judged}): "
+                      f"{check['wrk']['requests_per_s']:g} requests/s, p99 "
+                      f"{check['wrk']['p99_s'] * 1000:.1f} ms "
                       f"({check['rate_over_ladder_saturation']:g}x the ladder's most answers/s); "
                       "the open-loop generator offering that rate answered "
                       f"{check['generator_over_wrk']:.2f}x it while its arrivals lasted "
