@@ -1,8 +1,10 @@
 """Exit thresholds under drift, replayed offline: fixed, recalibrated and the full model.
 
 The stream starts as SST-2 dev and shifts, phase by phase, to text the model never saw at
-training, then comes back (``PHASES``): SST-2 dev sentences joined two or three at a time
-(same label, so the gold label stands; longer inputs), SST-2 dev with typos (a seeded
+training, then comes back (``PHASES``): two SST-2 dev sentences of opposite labels joined
+as "<A> , but <B>" (gold: B's label, since the clause after "but" carries the verdict; an
+approximation, as a reader may weigh A more), SST-2 dev sentences joined two or three at a
+time (same label, so the gold label stands; longer inputs), SST-2 dev with typos (a seeded
 character edit in a fifth of the words; gold stands), CoLA sentences and MRPC sentences (no
 sentiment gold: only agreement with the full model is measured there), and SST-2 dev again.
 
@@ -78,6 +80,7 @@ from aclpipe.layout import DEV_LOGITS, EXPORT_TOKENIZER
 
 PHASES = (
     ("sst2", 4000),
+    ("sst2-contrast", 4000),
     ("sst2-joined", 4000),
     ("sst2-typos", 4000),
     ("cola", 4000),
@@ -112,6 +115,12 @@ def typo(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
+def contrast(first: str, then: str) -> str:
+    """``first`` and ``then`` joined as "<first> , but <then>" (SST-2's tokenised style:
+    ``first``'s closing punctuation dropped, the comma spaced)."""
+    return f"{first.rstrip(' .!?').rstrip()} , but {then}"
+
+
 def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]]:
     """Per phase kind, the texts it cycles through, with their gold label (None: no gold)."""
     rng = random.Random(seed)
@@ -121,6 +130,11 @@ def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]
     for _ in range(4000):
         label = rng.randrange(2)
         joined.append((" ".join(rng.sample(by_label[label], rng.choice((2, 3)))), label))
+    pick, opposed = random.Random(seed + 2), []  # its own draws: the other phases as before
+    for _ in range(4000):  # gold: the clause after "but" carries the verdict (approximately)
+        label = pick.randrange(2)
+        opposed.append((contrast(pick.choice(by_label[1 - label]), pick.choice(by_label[label])),
+                        label))  # fmt: skip
     typos = [(typo(t, rng), y) for _ in range(TYPO_VARIANTS) for t, y in sst2]
     cola = [
         (row[3], None)
@@ -137,6 +151,7 @@ def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]
     )
     return {
         "sst2": sst2,
+        "sst2-contrast": opposed,
         "sst2-joined": joined,
         "sst2-typos": typos,
         "cola": cola,
