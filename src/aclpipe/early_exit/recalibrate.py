@@ -57,8 +57,9 @@ before the exit is known), so the window's share is an unbiased estimate of the 
 threshold is below the target, that threshold is shown to fail, and the rule moves straight
 to its goal: the cheapest candidate stricter than the current one whose share on that recent
 sample meets the target (the strictest if none). A failure can be shown on few observations
-(success cannot: a flawless sample's upper bound is 1), and a tightening costs layers, not
-answers, so this move is not bounded by ``max_step``. The window rule's looser candidates must
+(a few disagreements put ``U`` below the target), success cannot (step 1), and a flawless
+sample never moves this rule (its ``U`` is 1); a tightening costs layers, not the budget, so
+this move is not bounded by ``max_step``. The window rule's looser candidates must
 also meet the target on the recent sample: the fast rule's goal is the cheapest that does, so
 the window rule cannot undo a fast tightening while the recent sample stays as it was.
 
