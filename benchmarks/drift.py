@@ -1,8 +1,10 @@
 """Exit thresholds under drift, replayed offline: fixed, recalibrated and the full model.
 
 The stream starts as SST-2 dev and shifts, phase by phase, to text the model never saw at
-training, then comes back (``PHASES``): SST-2 dev sentences joined two or three at a time
-(same label, so the gold label stands; longer inputs), SST-2 dev with typos (a seeded
+training, then comes back (``PHASES``): two SST-2 dev sentences of opposite labels joined
+as "<A> , but <B>" (gold: B's label, since the clause after "but" carries the verdict; an
+approximation, as a reader may weigh A more), SST-2 dev sentences joined two or three at a
+time (same label, so the gold label stands; longer inputs), SST-2 dev with typos (a seeded
 character edit in a fifth of the words; gold stands), CoLA sentences and MRPC sentences (no
 sentiment gold: only agreement with the full model is measured there), and SST-2 dev again.
 
@@ -26,7 +28,8 @@ accuracy against gold (phases that have it), agreement with the full model, both
 and the threshold in force. The agreement target is ``recalibrate.target_agreement`` of the
 export's budget, with the harm share bounded on the export's dev logits (``--harm dev``) or
 the assumption-free worst case (``--harm 1``); the JSON's ``other_target`` replays the run
-under the other one. A sensitivity grid replays other fractions.
+under the other one, ``window_rule_only`` without the controller's fast rule (``--recent``).
+A sensitivity grid replays other fractions.
 
 Targets: with recalibration, accuracy within the budget of the full model's in >= 95% of the
 gold windows, at >= 90% of the fixed threshold's speed-up on the first (unshifted) phase; for
@@ -40,7 +43,8 @@ Usage (from the repository root, after ``dvc repro`` exports sst2/acl-cl; minute
 
     python benchmarks/drift.py [--export models/sst2/acl-cl/export] [--glue-dir ../shared/glue]
         [--curves reports/sst2/acl-cl/curves.json] [--fraction 0.1] [--share 0.15]
-        [--harm dev|1] [--out benchmarks/results/drift_offline.json]
+        [--harm dev|1] [--recent 150] [--recent-min 50] [--policy P --threshold T]
+        [--out benchmarks/results/drift_offline.json]
         [--figure reports/serve/drift_offline.png] [--cache drift_logits.npz]
 """
 
@@ -78,6 +82,7 @@ from aclpipe.layout import DEV_LOGITS, EXPORT_TOKENIZER
 
 PHASES = (
     ("sst2", 4000),
+    ("sst2-contrast", 4000),
     ("sst2-joined", 4000),
     ("sst2-typos", 4000),
     ("cola", 4000),
@@ -112,6 +117,12 @@ def typo(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
+def contrast(first: str, then: str) -> str:
+    """``first`` and ``then`` joined as "<first> , but <then>" (SST-2's tokenised style:
+    ``first``'s closing punctuation dropped, the comma spaced)."""
+    return f"{first.rstrip(' .!?').rstrip()} , but {then}"
+
+
 def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]]:
     """Per phase kind, the texts it cycles through, with their gold label (None: no gold)."""
     rng = random.Random(seed)
@@ -121,6 +132,11 @@ def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]
     for _ in range(4000):
         label = rng.randrange(2)
         joined.append((" ".join(rng.sample(by_label[label], rng.choice((2, 3)))), label))
+    pick, opposed = random.Random(seed + 2), []  # its own draws: the other phases as before
+    for _ in range(4000):  # gold: the clause after "but" carries the verdict (approximately)
+        label = pick.randrange(2)
+        opposed.append((contrast(pick.choice(by_label[1 - label]), pick.choice(by_label[label])),
+                        label))  # fmt: skip
     typos = [(typo(t, rng), y) for _ in range(TYPO_VARIANTS) for t, y in sst2]
     cola = [
         (row[3], None)
@@ -137,6 +153,7 @@ def sources(glue_dir: Path, seed: int) -> dict[str, list[tuple[str, int | None]]
     )
     return {
         "sst2": sst2,
+        "sst2-contrast": opposed,
         "sst2-joined": joined,
         "sst2-typos": typos,
         "cola": cola,
@@ -400,6 +417,16 @@ def plot(
     os.replace(tmp, path)
 
 
+def moves(events) -> dict:
+    """A replay's moves by rule, and the first of each (observations seen)."""
+    out: dict = {"total": len(events)}
+    for rule in ("fast", "window"):
+        mine = [e for e in events if e.rule == rule]
+        out[rule] = len(mine)
+        out[f"first_{rule}_seen"] = mine[0].seen if mine else None
+    return out
+
+
 def own_reference_setting(curves_path: Path, budget: float) -> dict:
     """The export's rule (``settings.choose_default``: the highest layer speed-up within the
     budget, ties to the higher score) with the model's own last exit as the reference instead
@@ -476,6 +503,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=500, help="controller window (records)")
     parser.add_argument("--min-window", type=int, default=150)
     parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--recent", type=int, default=150, help="fast rule's sample; 0: off")
+    parser.add_argument("--recent-min", type=int, default=50, help="no fast move on fewer")
     parser.add_argument("--grid", default="0.05,0.1,0.2,0.3", help="fractions also replayed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="npz of the per-exit logits, reused if same")
@@ -505,7 +534,8 @@ def main() -> None:
         )
     )
     target = target_agreement(budget, harm)
-    knobs = {"window": args.window, "min_window": args.min_window, "every": args.every}
+    knobs = {"window": args.window, "min_window": args.min_window, "every": args.every,
+             "recent": args.recent, "recent_min": args.recent_min}  # fmt: skip
     runs = {}
     for fraction in sorted({args.fraction, *map(float, args.grid.split(","))}):
         result = replay(
@@ -539,6 +569,10 @@ def main() -> None:
         args.seed,
     )
     other_rows = windows(logits, stream, other, exit_layers, budget)
+    # the same run without the fast rule: what it changes
+    alone = replay(logits, policy, offline, exit_layers, target, {**knobs, "recent": 0},
+                   args.fraction, args.share, args.burst, args.seed)  # fmt: skip
+    alone_rows = windows(logits, stream, alone, exit_layers, budget)
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "export": {
@@ -572,19 +606,32 @@ def main() -> None:
         "summary": summary,
         "phases_table": phases_table(rows),
         "windows": rows,
+        "moves": moves(result["events"]),
         "events": [e.as_dict() for e in result["events"]],
         "fraction_grid": {
-            str(f): {"summary": s["recalibrated"], "moves": len(r["events"])}
+            str(f): {"summary": s["recalibrated"], "moves": moves(r["events"])}
             for f, (r, _, s) in runs.items()
         },
         "other_target": {
             "harm": round(other_harm, 4),
             "target_agreement": round(target_agreement(budget, other_harm), 4),
             "summary": summarize(other_rows, budget)["recalibrated"],
-            "moves": len(other["events"]),
+            "moves": moves(other["events"]),
             "phases_table": [
                 {"phase": p["phase"], "recalibrated": p["recalibrated"]}
                 for p in phases_table(other_rows)
+            ],
+        },
+        "window_rule_only": {
+            "summary": summarize(alone_rows, budget)["recalibrated"],
+            "moves": moves(alone["events"]),
+            "phases_table": [
+                {"phase": p["phase"], "recalibrated": p["recalibrated"]}
+                for p in phases_table(alone_rows)
+            ],
+            "windows": [
+                {"start": r["start"], "phase": r["phase"], "recalibrated": r["recalibrated"]}
+                for r in alone_rows
             ],
         },
         "wall_seconds": round(time.perf_counter() - began, 1),

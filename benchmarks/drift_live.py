@@ -1,7 +1,8 @@
 """Exit thresholds under drift, served live: three `aclpipe serve` processes side by side.
 
 The drifting stream of ``benchmarks/drift.py`` (``build_stream``: SST-2 dev, SST-2 sentences
-joined, SST-2 with typos, CoLA, MRPC, SST-2 again; ``--phase-records`` per phase) goes through
+of opposite labels joined by "but", SST-2 sentences joined, SST-2 with typos, CoLA, MRPC,
+SST-2 again; ``--phase-records`` per phase) goes through
 three real ``aclpipe serve`` processes on 127.0.0.1 at once, each with one intra-op thread
 (``--threads 1``, ``OMP_NUM_THREADS=1``):
 
@@ -31,7 +32,7 @@ The three processes share the machine's cores with the generator, so a server's 
 includes the others' work; what the ratios compare is the same load on each.
 
 Usage (from the repository root, after ``dvc repro`` exports sst2/acl-cl; the run lasts
-about 6 x ``--phase-records`` / ``--rate`` seconds)::
+about 7 x ``--phase-records`` / ``--rate`` seconds)::
 
     python benchmarks/drift_live.py [--export models/sst2/acl-cl/export] [--rate 25]
         [--phase-records 4000] [--fraction 0.1] [--share 0.15] [--curves ...]

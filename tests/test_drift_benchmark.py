@@ -15,7 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import drift  # noqa: E402  (benchmarks/drift.py)
 
-PHASES = (("sst2", 40), ("sst2-joined", 20), ("sst2-typos", 20), ("cola", 20), ("mrpc", 20))
+PHASES = (
+    ("sst2", 40),
+    ("sst2-contrast", 20),
+    ("sst2-joined", 20),
+    ("sst2-typos", 20),
+    ("cola", 20),
+    ("mrpc", 20),
+)
 
 
 @pytest.fixture
@@ -43,6 +50,19 @@ def test_typo_edits_one_letter_per_chosen_word() -> None:
                 assert sorted(before) == sorted(after)
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "joined"),
+    [
+        ("a tedious mess .", "the cast is great . ", "a tedious mess , but the cast is great . "),
+        ("good fun !", "it drags", "good fun , but it drags"),
+        ("slow", "sweet .", "slow , but sweet ."),
+        ("is it dull ? ", "no .", "is it dull , but no ."),
+    ],
+)
+def test_contrast_drops_the_first_clauses_closing_punctuation(first, then, joined) -> None:
+    assert drift.contrast(first, then) == joined
+
+
 def test_stream_phases_and_gold(glue: Path) -> None:
     stream = drift.build_stream(glue, PHASES, seed=1)
     assert [r["phase"] for r in stream] == [p for p, n in PHASES for _ in range(n)]
@@ -61,6 +81,11 @@ def test_stream_phases_and_gold(glue: Path) -> None:
             parts[-1] = parts[-1].removesuffix(" .")
             assert 2 <= len(parts) <= 3
             assert all(dev[p] == record["gold"] for p in parts)
+        elif record["phase"] == "sst2-contrast":  # "<A> , but <B>": opposite labels, B's gold
+            pairs = [(a, b) for a in dev for b in dev if drift.contrast(a, b) == record["text"]]
+            assert pairs and all(
+                dev[b] == record["gold"] and dev[a] == 1 - record["gold"] for a, b in pairs
+            )
         elif record["phase"] == "sst2-typos":
             assert record["gold"] in (0, 1)
         else:

@@ -1,5 +1,5 @@
 """The recalibrating controller on synthetic streams whose agreement is known, its estimates
-against plain loops over ``policies.exit_indices``, and its Wilson bound against scipy."""
+against plain loops over ``policies.exit_indices``, and its Wilson bounds against scipy."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from aclpipe.early_exit.recalibrate import (
     harm_bound,
     target_agreement,
     wilson_lower,
+    wilson_upper,
 )
 from aclpipe.early_exit.shadow import observe
 from aclpipe.errors import UserError
@@ -88,6 +89,7 @@ def test_wilson_lower_matches_scipy(n: int, confidence: float) -> None:
             confidence_level=2 * confidence - 1, method="wilson"
         )
         assert float(wilson_lower(k, n, confidence)) == pytest.approx(ci.low, abs=1e-12)
+        assert float(wilson_upper(k, n, confidence)) == pytest.approx(ci.high, abs=1e-12)
 
 
 def test_wilson_lower_shrinks_with_fewer_records() -> None:
@@ -173,11 +175,14 @@ def test_estimate_matches_a_plain_loop(policy: str, offline: float, grid: list[f
 )
 def test_never_moves_on_a_window_smaller_than_its_minimum(window, min_window, every) -> None:
     logits = synthetic(np.random.default_rng(1), min_window + 200, 0.3)  # far below target
-    control = controller(window=window, min_window=min_window, every=every)
+    control = controller(window=window, min_window=min_window, every=every, recent=0)
     events = feed(control, logits)
     assert events, "a stream this far below the target must move the threshold"
     assert min(e.seen for e in events) >= min_window
-    assert all(e.window >= min_window for e in events)
+    assert all(e.window >= min_window and e.rule == "window" for e in events)
+    with_fast = controller(window=window, min_window=min_window, every=every)
+    for event in feed(with_fast, logits):  # the fast rule may come first; the window rule not
+        assert event.window >= (min_window if event.rule == "window" else with_fast.recent_min)
 
 
 @pytest.mark.parametrize("target", [0.5, 0.9, 0.96, 0.985, 0.99, 0.999])
@@ -220,10 +225,14 @@ def test_steps_are_bounded_and_never_looser_than_offline(max_step: float) -> Non
     control = controller(window=400, min_window=100, max_step=max_step)
     events = feed(control, stream)
     assert events
+    assert {e.rule for e in events} == {"fast", "window"}
     for event in events:
-        assert abs(event.new - event.old) <= max_step + 1e-12
+        if event.rule == "window":
+            assert abs(event.new - event.old) <= max_step + 1e-12
+        else:  # the fast rule goes to its goal at once, and only ever tightens
+            assert event.new == event.goal > event.old
         assert event.new >= OFFLINE - 1e-12
-        assert event.reason.startswith(("tighten", "loosen"))
+        assert event.reason.startswith((f"tighten ({event.rule} rule)", "loosen (window rule)"))
         assert set(event.as_dict()) >= {"seen", "old", "new", "goal", "reason", "target"}
 
 
@@ -233,7 +242,8 @@ def test_patience_moves_one_whole_exit_at_a_time() -> None:
     control = controller(policy="patience", offline=1.0, window=400, min_window=100)
     events = feed(control, stream)
     assert events
-    assert all(abs(e.new - e.old) == 1 and e.new == int(e.new) for e in events)
+    assert all(e.new == int(e.new) for e in events)
+    assert all(abs(e.new - e.old) == 1 for e in events if e.rule == "window")
     assert max(e.new for e in events) <= len(EXITS) - 1
 
 
@@ -278,7 +288,7 @@ def test_returns_to_the_offline_threshold_when_the_drift_ends(policy: str, offli
     assert abs(control.threshold - offline) > 0.1
     feed(control, back)
     assert control.threshold == offline
-    assert [e.reason.split(":")[0] for e in control.events][-1] == "loosen"
+    assert [e.reason.split(":")[0] for e in control.events][-1] == "loosen (window rule)"
 
 
 def test_bad_knobs_are_one_line_errors() -> None:
@@ -286,6 +296,10 @@ def test_bad_knobs_are_one_line_errors() -> None:
         controller(window=10, min_window=20)
     with pytest.raises(UserError, match="cannot be recalibrated"):
         candidates("none", 0.5, 4)
+    for recent, recent_min, window in [(50, 0, 500), (50, 60, 500), (200, 150, 100)]:
+        with pytest.raises(UserError, match="recent_min"):
+            controller(window=window, min_window=10, recent=recent, recent_min=recent_min)
+    assert controller(recent=0, recent_min=0).recent == 0  # the fast rule off
 
 
 def test_status_counts_agreement_per_served_exit() -> None:
@@ -306,3 +320,144 @@ def test_status_counts_agreement_per_served_exit() -> None:
     share, lower, _ = control.estimate(np.array([control.threshold]))
     assert status["agreement"] == pytest.approx(share[0]) and status["window"] == 100
     assert status["lower_bound"] == pytest.approx(lower[0])
+
+
+# -- the fast rule: tighten on evidence of failure (the newest ``recent`` observations)
+
+Z95 = stats.norm.ppf(0.95)
+
+
+def flawless(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Logits ``[E, N, 2]`` whose every exit gives the last exit's answer."""
+    final = rng.integers(0, 2, n)
+    margin = rng.uniform(0.1, 4, (len(EXITS), n))  # [E, N]
+    sign = np.where(final == 1, 1.0, -1.0)[None]
+    return np.stack([-margin * sign / 2, margin * sign / 2], -1)
+
+
+def upper_bound(k: int, n: int) -> float:
+    """Wilson's one-sided 95% upper bound of k successes in n, written out."""
+    p = k / n
+    spread = Z95 * math.sqrt(p * (1 - p) / n + Z95 * Z95 / (4 * n * n))
+    return (p + Z95 * Z95 / (2 * n) + spread) / (1 + Z95 * Z95 / n)
+
+
+def recent_agreements(logits: np.ndarray, seen: int, threshold: float, recent: int) -> tuple:
+    """Of the newest ``min(seen, recent)`` records of a stream ``[E, N, C]`` before ``seen``,
+    how many agree with the last exit under ``threshold``, and how many there are (a loop)."""
+    rows = range(max(0, seen - recent), seen)
+    agreed = sum(
+        int(logits[served_exit("confidence", threshold, logits[:, i]), i].argmax()
+            == logits[-1, i].argmax())
+        for i in rows
+    )  # fmt: skip
+    return agreed, len(rows)
+
+
+@pytest.mark.parametrize("start", [0, 200, 700])  # the drop: before ready (539) or after
+@pytest.mark.parametrize("flip", [0.3, 0.6])
+def test_fast_rule_tightens_soon_after_a_sharp_drop(start: int, flip: float) -> None:
+    """Flawless traffic, then a drop far below the target (agreement ~0.85 or less): the
+    first move is the fast rule's, at the first update whose recent sample's upper bound
+    under the offline threshold falls below the target (the plain reference), within 75
+    observations of the drop, and before ``ready`` when the drop comes early."""
+    rng = np.random.default_rng(start + int(10 * flip))
+    stream = np.concatenate([flawless(rng, start), synthetic(rng, 300, flip)], axis=1)
+    control = controller(target=0.99, window=1000, min_window=200, every=25)
+    events = feed(control, stream)
+    expected = next(
+        seen for seen in range(control.every, stream.shape[1] + 1, control.every)
+        if seen >= control.recent_min
+        and upper_bound(*recent_agreements(stream, seen, OFFLINE, control.recent)) < 0.99
+    )  # fmt: skip
+    first = events[0]
+    assert (first.rule, first.seen, first.old) == ("fast", expected, OFFLINE)
+    assert first.new > OFFLINE and first.seen - start <= 75
+    if start + 75 < control.ready:
+        assert first.seen < control.ready
+    assert true_agreement("confidence", first.new, synthetic(rng, 4000, flip)) > (
+        true_agreement("confidence", OFFLINE, synthetic(rng, 4000, flip))
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("recent", "every"), [(60, 5), (150, 25)])
+def test_every_fast_move_is_a_shown_failure(seed: int, recent: int, every: int) -> None:
+    """On streams that drift in and out: each fast move is justified by the plain reference
+    (the newest ``recent`` records under the old threshold have an upper bound below the
+    target, so at least one disagreement), goes to a candidate whose share there meets the
+    target (or the strictest), and none comes once the recent sample is flawless."""
+    rng = np.random.default_rng(seed)
+    parts = [synthetic(rng, 300, 0.2), flawless(rng, 400), synthetic(rng, 200, 0.4),
+             flawless(rng, 500)]  # fmt: skip
+    stream = np.concatenate(parts, axis=1)
+    control = controller(target=0.98, window=500, min_window=100, every=every, recent=recent,
+                         recent_min=40)  # fmt: skip
+    events = [e for e in feed(control, stream) if e.rule == "fast"]
+    assert events
+    clean = [(300, 700), (900, 1400)]  # [from, to): flawless records only
+    for event in events:
+        agreed, n = recent_agreements(stream, event.seen, event.old, recent)
+        assert n >= control.recent_min and agreed < n
+        assert upper_bound(agreed, n) < 0.98
+        kept, _ = recent_agreements(stream, event.seen, event.new, recent)
+        assert kept / n >= 0.98 or event.new == candidates("confidence", OFFLINE, 4)[-1]
+        assert not any(a + recent <= event.seen <= b for a, b in clean)
+
+
+@pytest.mark.parametrize("recent_min", [1, 10, 50, 120])
+@pytest.mark.parametrize("every", [1, 7, 25])
+def test_fast_rule_never_moves_on_fewer_than_its_minimum(recent_min: int, every: int) -> None:
+    """Every shallow exit disagrees with the last, surely: the first update that has
+    ``recent_min`` observations moves (the upper bound is far below the target), none before."""
+    stream = synthetic(np.random.default_rng(recent_min), 200, 1.0)
+    control = controller(target=0.99, window=500, min_window=200, every=every, recent=150,
+                         recent_min=recent_min)  # fmt: skip
+    events = feed(control, stream)
+    assert events[0].rule == "fast"
+    assert events[0].seen == every * math.ceil(recent_min / every)
+    assert all(e.window >= recent_min for e in events)
+
+
+@pytest.mark.parametrize("recent", [0, 60, 150])
+def test_returns_after_the_drift_ends_with_or_without_the_fast_rule(recent: int) -> None:
+    rng = np.random.default_rng(12)
+    stream = np.concatenate([flawless(rng, 700), synthetic(rng, 600, 0.3), flawless(rng, 1300)],
+                            axis=1)  # fmt: skip
+    control = controller(target=0.98, window=500, min_window=100, every=10, recent=recent,
+                         recent_min=min(recent, 50) or 50)  # fmt: skip
+    feed(control, stream[:, :1300])
+    assert control.threshold > OFFLINE + 0.1
+    assert (recent > 0) == any(e.rule == "fast" for e in control.events)
+    feed(control, stream[:, 1300:])
+    assert control.threshold == OFFLINE
+    assert control.events[-1].rule == "window" and control.events[-1].new < control.events[-1].old
+
+
+def turns(events: list) -> int:
+    """How often the threshold changes direction."""
+    return sum((a.new < a.old) != (b.new < b.old) for a, b in zip(events, events[1:]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("block", "target", "window"), [(50, 0.97, 500), (150, 0.99, 1000)])
+def test_no_flapping_on_a_stream_alternating_around_the_target(seed, block, target, window):
+    """Blocks of flawless and drifted records in turn, the mixture's agreement under the
+    offline threshold near the target. The window rule cannot undo a fast tightening while
+    the recent sample would fail the looser threshold: every loosening meets the target on
+    the recent sample (the plain reference); and the fast rule adds no turns of direction to
+    the window rule's own (the same stream without it)."""
+    rng = np.random.default_rng(seed)
+    flip = 0.05 if target == 0.97 else 0.02
+    blocks = [flawless(rng, block) if i % 2 == 0 else synthetic(rng, block, flip)
+              for i in range(3000 // block)]  # fmt: skip
+    stream = np.concatenate(blocks, axis=1)  # [E, 3000, 2]
+    assert abs(true_agreement("confidence", OFFLINE, stream) - target) < 0.01
+    knobs = dict(target=target, window=window, min_window=100, every=10)
+    control = controller(**knobs, recent=150)
+    events = feed(control, stream)
+    for event in events:
+        if event.new < event.old:
+            agreed, n = recent_agreements(stream, event.seen, event.new, control.recent)
+            assert agreed / n >= target
+    assert turns(events) <= turns(feed(controller(**knobs, recent=0), stream))

@@ -279,13 +279,17 @@ def test_metrics_and_info_show_the_watch() -> None:
     assert shadow["controller"]["policy"] == "confidence" and shadow["controller"]["target"] == 0.99
 
 
-def test_recalibration_moves_the_threshold_on_a_disagreeing_stream() -> None:
+@pytest.mark.parametrize("recent", [0, 10])
+def test_recalibration_moves_the_threshold_on_a_disagreeing_stream(recent: int) -> None:
     """Every early answer disagrees: once the window holds min_window observations the
-    controller tightens (bounded steps), the engine serves the new threshold from a later
-    batch on, and each move is one JSON line with its reason."""
+    controller tightens (the window rule alone: bounded steps; with the fast rule, its first
+    move goes straight to the cheapest threshold the recent sample supports), the engine
+    serves the new threshold from a later batch on, and each move is one JSON line with its
+    reason."""
     engine = ExitEngine(0.9, flip=True)
-    app, batcher, watch, log = make_app(engine, 1.0, recalibrate=True, window=20,
-                                        min_window=10, every=5, max_step=0.05)  # fmt: skip
+    app, batcher, watch, log = make_app(engine, 1.0, recalibrate=True, window=20, min_window=10,
+                                        every=5, max_step=0.05, recent=recent,
+                                        recent_min=recent or 1)  # fmt: skip
     rounds = []
     for _ in range(5):  # each round's shadow work done before the next round is sent
         rounds.append(answers(app, TEXTS))
@@ -293,7 +297,9 @@ def test_recalibration_moves_the_threshold_on_a_disagreeing_stream() -> None:
     batcher.close(5)
     lines = [json.loads(line) for line in log.getvalue().splitlines()]
     assert lines and all(e["event"] == "recalibrate" and e["new"] > e["old"] for e in lines)
-    assert all(e["new"] - e["old"] <= 0.05 + 1e-12 and e["reason"] for e in lines)
+    assert all(e["reason"].startswith(f"tighten ({e['rule']} rule)") for e in lines)
+    assert all(e["new"] - e["old"] <= 0.05 + 1e-12 for e in lines if e["rule"] == "window")
+    assert (lines[0]["rule"] == "fast") == bool(recent)
     assert lines[0]["old"] == 0.9 and lines[0]["seen"] >= 10
     assert engine.thresholds == [0.9] + [e["new"] for e in lines][: len(engine.thresholds) - 1]
     assert engine.threshold > 0.953  # stricter than exit 1's confidence: it runs deeper now

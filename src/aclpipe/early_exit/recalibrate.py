@@ -32,7 +32,7 @@ on the threshold in force when the record was served, so a window collected unde
 threshold judges them all. The shadow sample is uniform over the traffic (``shadow``: picked
 before the exit is known), so the window's share is an unbiased estimate of the traffic's.
 
-**Rule** (``Controller.update``, every ``every`` new observations):
+**Window rule** (``Controller.update``, every ``every`` new observations):
 
 1. No move while the window holds fewer than ``ready`` observations: ``min_window``, or more
    when that is too few for a flawless window to show ``target + hysteresis`` (the bound of
@@ -50,7 +50,20 @@ before the exit is known), so the window's share is an unbiased estimate of the 
 4. The threshold moves toward ``g`` by at most ``max_step`` (in the threshold's own units);
    every move is an ``Event`` with its reason, kept in ``Controller.events``.
 
-The window is the last ``window`` observations; a move is judged on it alone, so when the
+**Fast rule** (tighten on evidence of failure, checked first at every update, from
+``recent_min`` observations on, before ``ready`` too): on the newest ``recent`` observations
+(fewer while the window holds fewer), ``U(c)`` = the Wilson upper bound, one-sided at
+``confidence``, of the agreement under ``c`` (``wilson_upper``). When ``U`` of the current
+threshold is below the target, that threshold is shown to fail, and the rule moves straight
+to its goal: the cheapest candidate stricter than the current one whose share on that recent
+sample meets the target (the strictest if none). A failure can be shown on few observations
+(a few disagreements put ``U`` below the target), success cannot (step 1), and a flawless
+sample never moves this rule (its ``U`` is 1); a tightening costs layers, not the budget, so
+this move is not bounded by ``max_step``. The window rule's looser candidates must
+also meet the target on the recent sample: the fast rule's goal is the cheapest that does, so
+the window rule cannot undo a fast tightening while the recent sample stays as it was.
+
+The window is the last ``window`` observations; the window rule judges it, so when the
 traffic returns, the drifted records leave the window and the goal comes back to the offline
 threshold, one bounded step per update. Patience moves in whole steps; confidence and entropy
 on their grid (``GRID_POINTS`` values between the offline threshold and the strictest).
@@ -92,6 +105,14 @@ def wilson_lower(successes: np.ndarray | int, n: int, confidence: float) -> np.n
     centre = p + z * z / (2 * n)
     spread = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return np.maximum(0.0, (centre - spread) / (1 + z * z / n))
+
+
+def wilson_upper(successes: np.ndarray | int, n: int, confidence: float) -> np.ndarray:
+    """Wilson score upper bound, one-sided at ``confidence``: one minus the lower bound of the
+    failures' share (the interval is symmetric in successes and failures); 1 when ``n`` is 0."""
+    if n == 0:
+        return np.ones_like(np.asarray(successes, dtype=np.float64))
+    return 1.0 - wilson_lower(n - np.asarray(successes, dtype=np.float64), n, confidence)
 
 
 def harm_bound(
@@ -158,7 +179,7 @@ def candidate_exits(
 
 @dataclass(frozen=True)
 class Event:
-    """One threshold move, as logged: when (observations seen), from, to, and why."""
+    """One threshold move, as logged: when (observations seen), from, to, which rule, why."""
 
     seen: int
     old: float
@@ -169,6 +190,7 @@ class Event:
     agreement: float  # the window's agreement under the new threshold
     lower_bound: float  # its Wilson lower bound
     target: float
+    rule: str = "window"  # "fast" (the recent sample shows a failure) or "window"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -189,7 +211,9 @@ class Controller:
     every: int = 25  # observations between updates
     confidence: float = 0.95  # of the one-sided Wilson bound
     hysteresis: float = 0.005  # a looser goal must meet target + this
-    max_step: float = 0.05  # per update, threshold units (patience: 1 whatever this says)
+    max_step: float = 0.05  # per window-rule update, threshold units (patience: 1)
+    recent: int = 150  # newest observations the fast rule judges (at most the window); 0: off
+    recent_min: int = 50  # no fast move on fewer
     adjust: bool = True  # False: keep the window and its status, never move (watch only)
     threshold: float = field(init=False)
     events: deque[Event] = field(init=False)  # the newest EVENTS_KEPT moves
@@ -201,6 +225,11 @@ class Controller:
             raise UserError(
                 f"the window ({self.window}) must hold at least min_window ({self.min_window}) "
                 "observations, and min_window at least 1"
+            )
+        if self.recent and not 1 <= self.recent_min <= min(self.recent, self.window):
+            raise UserError(
+                f"the fast rule needs 1 <= recent_min ({self.recent_min}) <= recent "
+                f"({self.recent}) and the window ({self.window}); recent 0 turns it off"
             )
         self.threshold = float(self.offline)
         flawless = observations_needed(self.target + self.hysteresis, self.confidence)
@@ -223,19 +252,34 @@ class Controller:
         self._served[slot] = observation.exit
         self.seen += 1
         self._filled = min(self._filled + 1, self.window)
-        if not self.adjust or self._filled < self.ready or self.seen % self.every:
+        first = min(self.ready, self.recent_min) if self.recent else self.ready
+        if not self.adjust or self._filled < first or self.seen % self.every:
             return None
         return self.update()
 
+    def _counts(self, thresholds: np.ndarray, newest: int | None) -> tuple[np.ndarray, ...]:
+        """Per threshold: agreeing observations and mean exit layer over the window, or over
+        its ``newest`` observations; and how many were counted."""
+        n = self._filled if newest is None else min(newest, self._filled)
+        rows = np.arange(self.seen - n, self.seen) % self.window  # the ring's newest n
+        exits = candidate_exits(self.policy, np.asarray(thresholds, dtype=np.float64),
+                                self._scores[rows], self._runs[rows])  # fmt: skip  # [G, n]
+        agreed = np.take_along_axis(self._agree[rows][None], exits[..., None], -1)[..., 0]
+        layers = np.asarray(self.exit_layers)[exits].mean(1) if n else np.zeros(len(exits))
+        return agreed.sum(1), layers, n
+
     def estimate(self, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per threshold: the window's agreement, its Wilson lower bound and mean exit layer."""
-        n = self._filled
-        exits = candidate_exits(self.policy, np.asarray(thresholds, dtype=np.float64),
-                                self._scores[:n], self._runs[:n])  # fmt: skip  # [G, N]
-        agreed = np.take_along_axis(self._agree[:n][None], exits[..., None], -1)[..., 0]
-        layers = np.asarray(self.exit_layers)[exits].mean(1)  # [G]
-        share = agreed.mean(1)
-        return share, wilson_lower(agreed.sum(1), n, self.confidence), layers
+        agreed, layers, n = self._counts(thresholds, None)
+        return agreed / max(n, 1), wilson_lower(agreed, n, self.confidence), layers
+
+    def estimate_recent(
+        self, thresholds: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Per threshold, on the fast rule's sample (the newest ``recent`` observations): the
+        agreement, its Wilson upper bound, the mean exit layer; and the sample's size."""
+        agreed, layers, n = self._counts(thresholds, self.recent)
+        return agreed / max(n, 1), wilson_upper(agreed, n, self.confidence), layers, n
 
     def status(self) -> dict:
         """What a server shows (``/info``, ``/metrics``): the threshold, the window's agreement
@@ -271,10 +315,21 @@ class Controller:
         return a < b if self.policy == "entropy" else a > b
 
     def update(self) -> Event | None:
-        """One step of the rule (module docstring) on the window as it is."""
+        """One step of the rules (module docstring) on the window as it is: the fast rule
+        first; the window rule when the fast one does not move and ``ready`` is reached."""
+        fast = bool(self.recent) and min(self._filled, self.recent) >= self.recent_min
+        if fast:
+            event = self._fast()
+            if event is not None:
+                return event
+        if self._filled < self.ready:
+            return None
         share, lower, layers = self.estimate(self.grid)
         looser = np.array([self._stricter(self.threshold, c) for c in self.grid])  # [G]
         eligible = lower >= self.target + np.where(looser, self.hysteresis, 0.0)
+        if fast and (eligible & looser).any():  # a looser candidate must also meet the target
+            recent, *_ = self.estimate_recent(self.grid)  # on the recent sample, so that this
+            eligible &= ~looser | (recent >= self.target)  # rule cannot undo the fast one
         order = np.lexsort((np.arange(len(self.grid)), layers))  # cheapest, then nearest offline
         chosen = [i for i in order if eligible[i]]
         goal_index = chosen[0] if chosen else len(self.grid) - 1
@@ -289,17 +344,47 @@ class Controller:
         new = min(max(goal, self.threshold - step), self.threshold + step)
         if new == self.threshold:
             return None
+        old = self.threshold
+        (old_share,), (old_lower,), _ = self.estimate(np.array([old]))
+        reason = (
+            f"agreement under {old:g} is {old_share:.4f} (lower bound {old_lower:.4f}, "
+            f"n={self._filled}) against target {self.target:.4f}; goal {goal:g} ({why}, bound "
+            f"{lower[goal_index]:.4f}); step {abs(new - old):g}"
+        )
+        return self._move(new, goal, "window", reason)
+
+    def _fast(self) -> Event | None:
+        """The fast rule (module docstring) on the newest ``recent`` observations."""
+        (now_share,), (now_upper,), _, _ = self.estimate_recent(np.array([self.threshold]))
+        if now_upper >= self.target:
+            return None  # the current threshold is not shown to fail
+        stricter = np.array([self._stricter(c, self.threshold) for c in self.grid])  # [G]
+        if not stricter.any():
+            return None  # already the strictest
+        share, _, layers, n = self.estimate_recent(self.grid)
+        meets = stricter & (share >= self.target)
+        order = np.lexsort((np.arange(len(self.grid)), layers))  # cheapest, then nearest offline
+        chosen = [i for i in order if meets[i]]
+        goal_index = chosen[0] if chosen else len(self.grid) - 1
+        why = "cheapest stricter candidate meeting the target there"
+        if not chosen:
+            why = "no stricter candidate meets the target there: the strictest"
+        goal = float(self.grid[goal_index])
+        reason = (
+            f"agreement under {self.threshold:g} on the newest {n} observations is "
+            f"{now_share:.4f} (upper bound {now_upper:.4f}) against target "
+            f"{self.target:.4f}; goal {goal:g} ({why}, {share[goal_index]:.4f}); step "
+            f"{abs(goal - self.threshold):g}"
+        )
+        return self._move(goal, goal, "fast", reason)
+
+    def _move(self, new: float, goal: float, rule: str, why: str) -> Event:
+        """Serve ``new`` from now on; the move's ``Event``, kept and counted."""
         old, self.threshold = self.threshold, new
         (now_share,), (now_lower,), _ = self.estimate(np.array([new]))
-        (old_share,), (old_lower,), _ = self.estimate(np.array([old]))
         direction = "tighten" if self._stricter(new, old) else "loosen"
-        reason = (
-            f"{direction}: agreement under {old:g} is {old_share:.4f} (lower bound "
-            f"{old_lower:.4f}, n={self._filled}) against target {self.target:.4f}; goal "
-            f"{goal:g} ({why}, bound {lower[goal_index]:.4f}); step {abs(new - old):g}"
-        )
-        event = Event(self.seen, old, new, goal, reason, self._filled, float(now_share),
-                      float(now_lower), self.target)  # fmt: skip
+        event = Event(self.seen, old, new, goal, f"{direction} ({rule} rule): {why}",
+                      self._filled, float(now_share), float(now_lower), self.target, rule)  # fmt: skip
         self.events.append(event)
         self.moves += 1
         return event
