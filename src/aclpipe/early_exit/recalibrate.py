@@ -257,7 +257,9 @@ class Controller:
             return None
         return self.update()
 
-    def _counts(self, thresholds: np.ndarray, newest: int | None) -> tuple[np.ndarray, ...]:
+    def _counts(
+        self, thresholds: np.ndarray, newest: int | None
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """Per threshold: agreeing observations and mean exit layer over the window, or over
         its ``newest`` observations; and how many were counted."""
         n = self._filled if newest is None else min(newest, self._filled)
