@@ -2,7 +2,7 @@
 
 Two hosts with one library stack train to the same scores but not at the same speed, and a
 run's record that names only "cpu" cannot say which host a timing came from (this project's
-sessions have run on an Intel Xeon and on an AMD EPYC).
+runs have been made on an Intel Xeon and on an AMD EPYC).
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ def wallclock_lines(campaign: Campaign, clock: dict | None, finished: int) -> li
         f"{clock['run_seconds'] / 3600:.1f} h of run time (a run: its log's first to last "
         f"write; training, dev scoring and start-up) in {clock['wall_seconds'] / 3600:.1f} h of "
         "wall clock (the union of the runs' intervals: runs side by side count once, the "
-        "time between sessions not at all). The runs shared the machine with whatever else "
-        "ran on it (the sessions' own tests and builds), so the runs of one cell differ in "
-        "time: the table gives the fastest and the slowest.",
+        "idle time between runs not at all). The runs shared the machine with whatever else "
+        "ran on it (tests, builds and benchmarks run beside them), so the runs of one cell "
+        "differ in time: the table gives the fastest and the slowest.",
         "",
         "| N | task | runs timed | seconds a run: mean (fastest-slowest) | run time (h) |",
         "| --- | --- | --- | --- | --- |",

@@ -7,8 +7,8 @@ checkout, which may be another worktree than the one that records (long studies 
 worktrees at a fixed commit), and merges them into the ledger: rows already there are kept, as
 the logs of an earlier worktree may be gone. A row corrected by hand says why in its ``note``
 (the report prints it), and a log read later never overwrites it. ``summarise`` gives what the report prints: the
-wall clock the study took (the union of the runs' intervals, so neither the time between
-sessions nor two runs side by side count twice) and the run time per (task, N).
+wall clock the study took (the union of the runs' intervals, so neither the time between runs in
+idle stretches nor two runs side by side count twice) and the run time per (task, N).
 """
 
 from __future__ import annotations
