@@ -36,7 +36,7 @@ from aclpipe.early_exit.routes import Metrics, build_app
 from aclpipe.early_exit.scheduler import MicroBatcher
 from aclpipe.early_exit.serve import ServeSettings, make_watch
 from aclpipe.early_exit.shadow import ShadowSampler, observe
-from aclpipe.early_exit.watch import Handoff, Watch, register_metrics, run_watched
+from aclpipe.early_exit.watch import PUBLISH_SECONDS, Handoff, Watch, register_metrics, run_watched
 from aclpipe.errors import UserError
 
 EXITS = [1, 2, 3]
@@ -449,3 +449,33 @@ def test_iteration_scheduler_watched_answers_the_same_and_observes_the_full_mode
     key = lambda o: (o.exit, o.labels, tuple(round(c, 4) for c in o.confidence))  # noqa: E731
     assert sorted(map(key, seen)) == sorted(map(key, want))
     assert any(o.exit < len(EXITS) - 1 for o in want)  # some were resumed from their states
+
+
+def test_a_burst_is_published_once_idle_and_the_status_counts_every_observation() -> None:
+    """Forty handoffs queued behind a blocked one: the shadow thread publishes the status when
+    its queue runs empty (and every PUBLISH_SECONDS while busy), not after each observation,
+    and what it publishes counts all forty, as a plain count of what was handed over says."""
+    gate = threading.Event()
+    engine = ExitEngine(0.9, gate=gate)  # exit 1's rows wait for the gate to finish
+    controller = Controller("confidence", 0.9, EXITS, 0.99, adjust=False)
+    watch = Watch(engine, ShadowSampler(1.0, 1e6, 1e6), controller, False, io.StringIO())
+    publish, calls = watch._publish, []
+    watch._publish = lambda: calls.append(time.monotonic()) or publish()
+    rows = [{"input_ids": [i]} for i in range(40)]
+    outputs, handoffs = engine.answer_watched(rows, [True] * len(rows))
+    assert len(handoffs) == 40 and outputs[0][2] == 1  # every row left at exit 1: all resume
+    watch.hand_over(handoffs)
+    time.sleep(0.1)
+    began = time.monotonic()
+    gate.set()
+    deadline = time.monotonic() + 10
+    while watch.observed < 40:
+        assert time.monotonic() < deadline, "the shadow thread did not catch up"
+        time.sleep(0.005)
+    took = time.monotonic() - began
+    time.sleep(0.05)
+    assert len(calls) <= 2 + took / PUBLISH_SECONDS  # not one per observation
+    status = watch.status()
+    assert status["observed"] == 40 and status["controller"]["window"] == 40
+    watch.drain(5)
+    assert watch.status()["controller"]["window"] == 40
