@@ -71,6 +71,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -191,6 +192,33 @@ def aclpipe_contender(export: Path, precision: str, batch: int, threads: int,
         return took, [r["label"] for r in records], [r["exit_layer"] for r in records]
 
     return run
+
+
+def early_exit_exports(
+    project: Path, folder: Path | None, method: str | None, also: list[str]
+) -> dict[str, Path]:
+    """The early-exit exports raced, by contender prefix: the judged one (``EARLY``) from
+    ``--early-exit FOLDER``, else the project's ``models/sst2/<method>/export`` (none without
+    either), then each ``--also-early-exit LABEL=FOLDER`` as ``EARLY-LABEL``; a malformed or
+    repeated label ends the run with one line (``SystemExit``)."""
+    early: dict[str, Path] = {}
+    if folder is not None:
+        early[EARLY] = folder.resolve()
+    elif method:
+        early[EARLY] = project / "models" / "sst2" / method / "export"
+    for extra in also:
+        label, _, place = extra.partition("=")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", label) or not place:
+            raise SystemExit(
+                f"--also-early-exit {extra!r}: give LABEL=FOLDER, the label letters, digits, "
+                "'_', '.' or '-', e.g. --also-early-exit cls=../other/models/sst2/acl-cl/export"
+            )
+        if f"{EARLY}-{label}" in early:
+            raise SystemExit(
+                f"--also-early-exit: the label {label!r} is given twice: name each once"
+            )
+        early[f"{EARLY}-{label}"] = Path(place).resolve()
+    return early
 
 
 def early_exit_model(export: Path) -> dict:
@@ -673,14 +701,8 @@ def main() -> None:
     record = json.loads((export / "export.json").read_text()) if export.exists() else {}
     if not (record.get("int8") or {}).get("segments"):
         aclpipe("export-exits", "--task", "sst2", "--method", args.method, "--int8", cwd=project)
-    early: dict[str, Path] = {}
-    if args.early_exit:
-        early[EARLY] = args.early_exit.resolve()
-    elif args.early_exit_method:
-        early[EARLY] = project / "models" / "sst2" / args.early_exit_method / "export"
-    for extra in args.also_early_exit:
-        label, _, folder = extra.partition("=")
-        early[f"{EARLY}-{label}"] = Path(folder).resolve()
+    early = early_exit_exports(project, args.early_exit, args.early_exit_method,
+                               args.also_early_exit)  # fmt: skip
     described = {prefix: early_exit_model(folder) for prefix, folder in early.items()}
     plain = work / "hf-plain"
     aclpipe("export-hf", "--task", "sst2", "--method", args.method, "--plain", "--out",

@@ -67,3 +67,34 @@ def test_other_early_exit_exports_are_raced_beside_not_judged():
     assert [(t["contender"], t["judged"]) for t in verdicts[:3]] == [
         (EARLY, True), (f"{peers.EARLY}-mean-int8", False), ("aclpipe-int8", False)]  # fmt: skip
     assert [t["met"] for t in verdicts[:3]] == [False, True, False]
+
+
+@pytest.mark.parametrize("given", [None, "elsewhere/export"])
+@pytest.mark.parametrize("method", [None, "acl-cl"])
+@pytest.mark.parametrize("also", [[], ["cls=other/export"], ["cls=a", "ce-mean.2=b"]])
+def test_the_raced_exports_are_the_judged_one_then_the_labelled_ones(tmp_path, given, method, also):
+    """Against a plain reference: --early-exit FOLDER is judged, else the project's export of
+    --early-exit-method, else none; each LABEL=FOLDER follows under its own prefix."""
+    folder = None if given is None else tmp_path / given
+    got = peers.early_exit_exports(tmp_path / "project", folder, method, also)
+    want = {}
+    if given is not None:
+        want[peers.EARLY] = (tmp_path / given).resolve()
+    elif method is not None:
+        want[peers.EARLY] = tmp_path / "project" / "models" / "sst2" / method / "export"
+    for extra in also:
+        label, place = extra.split("=")
+        want[f"{peers.EARLY}-{label}"] = Path(place).resolve()
+    assert got == want and list(got) == list(want)
+
+
+@pytest.mark.parametrize(
+    ("also", "words"),
+    [(["cls"], "give LABEL=FOLDER"), (["=x"], "give LABEL=FOLDER"), (["a b=x"], "give LABEL"),
+     (["cls="], "give LABEL=FOLDER"), (["cls=a", "cls=b"], "given twice")],
+)  # fmt: skip
+def test_a_malformed_also_early_exit_is_one_line(tmp_path, also, words) -> None:
+    with pytest.raises(SystemExit) as stop:
+        peers.early_exit_exports(tmp_path, None, "acl-cl", also)
+    message = str(stop.value.code)
+    assert words in message and "\n" not in message and "--also-early-exit" in message
