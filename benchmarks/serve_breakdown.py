@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serve_load import Client, closed_loop, sst2_dev, stack  # noqa: E402
+from serve_load import Client, add_engine_options, closed_loop, sst2_dev, stack  # noqa: E402
 from threads import machine, recorded_path  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
@@ -175,10 +175,7 @@ def breakdown(timers: dict, answered: int, mean_latency: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
-    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
-    parser.add_argument("--precision", default="int8")
-    parser.add_argument("--threads", type=int, default=1)
+    add_engine_options(parser)
     parser.add_argument("--light", type=int, default=300, help="requests sent one at a time")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="the loaded run's length")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serve_load import sst2_dev, stack  # noqa: E402
+from serve_load import add_engine_options, sst2_dev, stack  # noqa: E402
 from threads import machine, recorded_path  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
@@ -50,10 +50,7 @@ def per_second(run, count: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
-    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
-    parser.add_argument("--precision", default="int8")
-    parser.add_argument("--threads", type=int, default=1)
+    add_engine_options(parser)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--arrivals", default="1,4,8,16,32", help="batch sizes k, <= --max-batch")
     parser.add_argument("--rounds", type=int, default=3)

@@ -104,6 +104,16 @@ def sst2_dev(glue_dir: Path) -> list[str]:
     return [row[0] for row in rows[1:]]
 
 
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that runs one export's int8 engine on the SST-2 dev sentences
+    (serve_breakdown.py, serve_ceiling.py): ``--export``, ``--glue-dir``, ``--precision``,
+    ``--threads``."""
+    parser.add_argument("--export", type=Path, default=Path("models/sst2/acl-cl/export"))
+    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/glue"))
+    parser.add_argument("--precision", default="int8")
+    parser.add_argument("--threads", type=int, default=1)
+
+
 def contenders(
     export: Path, record: dict, threads: int, max_wait_ms: float, setting: list[str],
     shadow: float = 0.0,
