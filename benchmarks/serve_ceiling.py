@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import random
@@ -48,6 +49,32 @@ def per_second(run, count: int) -> float:
     return round(count / (time.perf_counter() - began), 1)
 
 
+def arrival_calls(lengths: list[int], k: int) -> list[list[int]]:
+    """The engine calls a server makes of arrivals of these token ``lengths``, in order: the
+    first ``k`` arrivals make one batch, cut by ``length_groups``, then the next ``k``; each
+    call a list of indices into the arrivals."""
+    calls = []
+    for start in range(0, len(lengths), k):
+        for group in length_groups(lengths[start : start + k]):
+            calls.append([start + i for i in group])
+    return calls
+
+
+def run_arrivals(predictor: Predictor, arrivals: list[dict], calls: list[list[int]]) -> list:
+    """``predictor``'s outputs of ``arrivals`` (token rows) run call by call, in arrival order."""
+    out: list = [None] * len(arrivals)
+    for call in calls:
+        for i, output in zip(call, predictor.run_rows([arrivals[i] for i in call])):
+            out[i] = output
+    return out
+
+
+def medians(rounds: list[dict], sizes: list[int]) -> dict:
+    """Per k, the median over ``rounds`` of its ratio to sorted batches."""
+    return {f"median_ratio_arrivals_{k}": statistics.median(r[f"ratio_arrivals_{k}"] for r in rounds)
+            for k in sizes}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_options(parser)
@@ -66,27 +93,19 @@ def main() -> None:
     rows = encode(predictor.tokenizer, [(s, None) for s in sst2_dev(args.glue_dir)])
     arrivals = rows[:]
     random.Random(args.seed).shuffle(arrivals)
-
-    def in_batches(k: int):
-        def run() -> None:
-            for start in range(0, len(arrivals), k):
-                batch = arrivals[start : start + k]
-                for group in length_groups([len(row["input_ids"]) for row in batch]):
-                    predictor.run_rows([batch[i] for i in group])
-
-        return run
+    lengths = [len(row["input_ids"]) for row in arrivals]
+    calls = {k: arrival_calls(lengths, k) for k in sizes}
 
     predictor.run_rows(rows)  # warm-up
     rounds = []
     for r in range(args.rounds):
         row = {"sorted": per_second(lambda: predictor.run_rows(rows), len(rows))}
         for k in sizes:
-            row[f"arrivals_{k}"] = per_second(in_batches(k), len(rows))
+            run = functools.partial(run_arrivals, predictor, arrivals, calls[k])
+            row[f"arrivals_{k}"] = per_second(run, len(rows))
             row[f"ratio_arrivals_{k}"] = round(row[f"arrivals_{k}"] / row["sorted"], 3)
         rounds.append(row)
         print(f"round {r}: {json.dumps(row)}", file=sys.stderr, flush=True)
-    medians = {f"median_ratio_arrivals_{k}": statistics.median(
-        r[f"ratio_arrivals_{k}"] for r in rounds) for k in sizes}  # fmt: skip
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "export": recorded_path(args.export),
@@ -100,11 +119,11 @@ def main() -> None:
         "stack": stack(),
         "load_average_at_end": os.getloadavg(),
         "rounds": rounds,
-        **medians,
+        **medians(rounds, sizes),
         "median_sorted_per_s": statistics.median(r["sorted"] for r in rounds),
     }
     write_text(args.out, json.dumps(out, indent=2) + "\n")
-    print(json.dumps(medians, indent=2))
+    print(json.dumps(medians(rounds, sizes), indent=2))
 
 
 if __name__ == "__main__":
