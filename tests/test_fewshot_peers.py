@@ -322,3 +322,33 @@ def test_holds_column_follows_holm(verdict: str, kind: str, holm_below: bool) ->
         found = [line for line in lines if line.startswith(head)]
         assert len(found) == 1 and found[0].split(" | ")[-1] == f"{expected} |"
         assert f"| {verdict} |" in found[0]
+
+
+@pytest.mark.parametrize(
+    "planned",
+    [None, ["setfit", "linear-probe"], ["ce", "scl", "acl", "setfit", "linear-probe"],
+     ["ce", "scl", "acl", "cosine-pairs", "setfit", "linear-probe"]],
+)  # fmt: skip
+def test_a_claim_on_a_run_not_planned_is_not_in_this_study(planned) -> None:
+    from types import SimpleNamespace
+
+    from aclpipe.data.tasks import get_task
+    from aclpipe.study.fewshot.peers import PEER_CLAIMS, peer_claims, peer_section
+    from aclpipe.study.stats.measures import Measure
+    from aclpipe.study.stats.verdicts import Rules
+
+    labels = np.array([0, 1, 1, 0])
+    measures = {"setfit": {1: Measure("final", labels[None])}}  # nothing else has finished
+    rows = peer_claims(get_task("cola"), measures, set(), labels, Rules(), planned)
+    assert [(r["a"], r["b"]) for r in rows] == [(a, b) for _, _, a, b, _ in PEER_CLAIMS]
+    for row in rows:  # the slow way: waiting only where both runs are planned
+        both = planned is None or (row["a"] in planned and row["b"] in planned)
+        assert row["verdict"] == ("not run yet" if both else "not in this study")
+    judged = {"claim": "P1", "question": "q", "a": "ce", "b": "setfit", "verdict": "better",
+              "holds": True, "seeds": [1], "difference": 0.02, "low": 0.01, "high": 0.03,
+              "p": 0.01}  # fmt: skip
+    cells = [{"task": "cola", "n": 16, "peers": rows}, {"task": "sst2", "n": 20, "peers": [judged]}]
+    text = "\n".join(peer_section(SimpleNamespace(verdicts=SimpleNamespace(margin=0.01)), cells))
+    assert "| sst2 | 20 | P1 | q |" in text
+    assert "not in this study" not in text and "| cola |" not in text
+    assert ("Not run yet: cola N = 16." in text) == any(r["verdict"] == "not run yet" for r in rows)

@@ -18,6 +18,7 @@ regime in one place, and the peer figure.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,13 @@ TESTED = ("better", "worse", "comparable", "inconclusive")
 
 
 def peer_claims(
-    task, measures: dict, informative: set[str], labels: np.ndarray, rules: Rules
-) -> list[dict]:
+    task, measures: dict, informative: set[str], labels: np.ndarray, rules: Rules,
+    planned: Collection[str] | None = None,
+) -> list[dict]:  # fmt: skip
     """The peer claims of one (task, N) on the runs found there (``measures``: run -> seed ->
-    measure; ``informative``: the runs that beat the majority class)."""
+    measure; ``informative``: the runs that beat the majority class; ``planned``: the runs the
+    study plans there, None for every run named by a claim). A claim whose runs are planned but
+    not all found is "not run yet"; one naming a run not planned there is "not in this study"."""
     from aclpipe.study.campaign.report import judge_pair
 
     strict = dataclasses.replace(rules, resamples=PEER_RESAMPLES)
@@ -50,7 +54,8 @@ def peer_claims(
     for claim, question, a, b, kind in PEER_CLAIMS:
         row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b, "kind": kind}
         if a not in measures or b not in measures:
-            row["verdict"] = "not run yet"
+            waiting = planned is None or {a, b} <= set(planned)
+            row["verdict"] = "not run yet" if waiting else "not in this study"
         elif not set(measures[a]) & set(measures[b]):
             row["verdict"] = "no common seed"
         else:
@@ -146,7 +151,7 @@ def peer_section(campaign: Campaign, cells: list[dict]) -> list[str]:
     waiting = [(c, r) for c, r in rows if r["verdict"] == "not run yet"]
     for cell, row in rows:
         head = f"| {cell['task']} | {cell['n']} | {row['claim']} | {row['question']}"
-        if row["verdict"] == "not run yet":
+        if row["verdict"] in ("not run yet", "not in this study"):
             continue
         if "difference" not in row:
             lines.append(f"{head} | | | | | | {row['verdict']} | |")

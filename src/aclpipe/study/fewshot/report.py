@@ -281,7 +281,7 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
         for claim, question, a, b in SPREADS
     ]  # fmt: skip
     if set(bases) & set(PEER_NAMES):  # the peers' claims (fewshot_peers)
-        out["peers"] = peer_claims(task, measures, informative, labels, rules)
+        out["peers"] = peer_claims(task, measures, informative, labels, rules, bases)
         for row in out["peers"]:
             row["planned"] = min(len(campaign.seeds_at(task_name, f"{r}-n{n}")) for r in (row["a"], row["b"]))
     return out
