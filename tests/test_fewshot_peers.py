@@ -259,7 +259,8 @@ def test_peer_claims_judge_each_method_against_setfit_and_ce_against_the_probe()
         return out
 
     measures = {"ce": runs(0.9), "scl": runs(0.6), "setfit": runs(0.7), "linear-probe": runs(0.5)}
-    rows = peer_claims(task, measures, {"ce", "scl", "setfit"}, labels, Rules())
+    planned = ["ce", "scl", "acl", "cosine-pairs", "setfit", "linear-probe"]
+    rows = peer_claims(task, measures, {"ce", "scl", "setfit"}, labels, Rules(), planned)
     found = {(r["a"], r["b"]): r for r in rows}
     assert found[("ce", "setfit")]["verdict"] == "better" and found[("ce", "setfit")]["holds"]
     assert found[("scl", "setfit")]["verdict"] == "worse" and not found[("scl", "setfit")]["holds"]
@@ -326,7 +327,7 @@ def test_holds_column_follows_holm(verdict: str, kind: str, holm_below: bool) ->
 
 @pytest.mark.parametrize(
     "planned",
-    [None, ["setfit", "linear-probe"], ["ce", "scl", "acl", "setfit", "linear-probe"],
+    [["setfit", "linear-probe"], ["ce", "setfit"], ["ce", "scl", "acl", "setfit", "linear-probe"],
      ["ce", "scl", "acl", "cosine-pairs", "setfit", "linear-probe"]],
 )  # fmt: skip
 def test_a_claim_on_a_run_not_planned_is_not_in_this_study(planned) -> None:
@@ -342,7 +343,7 @@ def test_a_claim_on_a_run_not_planned_is_not_in_this_study(planned) -> None:
     rows = peer_claims(get_task("cola"), measures, set(), labels, Rules(), planned)
     assert [(r["a"], r["b"]) for r in rows] == [(a, b) for _, _, a, b, _ in PEER_CLAIMS]
     for row in rows:  # the slow way: waiting only where both runs are planned
-        both = planned is None or (row["a"] in planned and row["b"] in planned)
+        both = row["a"] in planned and row["b"] in planned
         assert row["verdict"] == ("not run yet" if both else "not in this study")
     judged = {"claim": "P1", "question": "q", "a": "ce", "b": "setfit", "verdict": "better",
               "holds": True, "seeds": [1], "difference": 0.02, "low": 0.01, "high": 0.03,
@@ -352,3 +353,27 @@ def test_a_claim_on_a_run_not_planned_is_not_in_this_study(planned) -> None:
     assert "| sst2 | 20 | P1 | q |" in text
     assert "not in this study" not in text and "| cola |" not in text
     assert ("Not run yet: cola N = 16." in text) == any(r["verdict"] == "not run yet" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "runs", [["ce", "setfit", "linear-probe"], ["ce", "scl", "acl", "cosine-pairs", "setfit"]]
+)
+def test_a_cell_with_nothing_finished_lists_its_peer_claims_as_waiting(runs, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from aclpipe.study.fewshot import report
+    from aclpipe.study.stats.verdicts import Rules
+
+    monkeypatch.setattr(report, "load_cell", lambda campaign, task, n: {})  # no run finished
+    names = [f"{r}-n32" for r in runs] + ["ce-n16"]
+    campaign = SimpleNamespace(
+        runs=names, verdicts=Rules(), fewshot_runs={r: (r.rsplit("-n", 1)[0], int(r.rsplit("-n", 1)[1])) for r in names},
+        seeds_at=lambda task, run: [1, 2, 3] if run in names else [],
+    )  # fmt: skip
+    cell = report.summarise_cell(campaign, "mrpc", 32)
+    verdicts = {(r["a"], r["b"]): (r["verdict"], r["planned"]) for r in cell["peers"]}
+    for (a, b), (verdict, planned) in verdicts.items():  # the slow way, claim by claim
+        both = a in runs and b in runs
+        assert verdict == ("not run yet" if both else "not in this study")
+        assert planned == (3 if both else 0)
+    assert ("ce", "setfit") in verdicts and len(verdicts) == 5

@@ -41,12 +41,12 @@ TESTED = ("better", "worse", "comparable", "inconclusive")
 
 def peer_claims(
     task, measures: dict, informative: set[str], labels: np.ndarray, rules: Rules,
-    planned: Collection[str] | None = None,
+    planned: Collection[str],
 ) -> list[dict]:  # fmt: skip
     """The peer claims of one (task, N) on the runs found there (``measures``: run -> seed ->
     measure; ``informative``: the runs that beat the majority class; ``planned``: the runs the
-    study plans there, None for every run named by a claim). A claim whose runs are planned but
-    not all found is "not run yet"; one naming a run not planned there is "not in this study"."""
+    study plans there). A claim whose runs are planned but not all found is "not run yet"; one
+    naming a run not planned there is "not in this study"."""
     from aclpipe.study.campaign.report import judge_pair
 
     strict = dataclasses.replace(rules, resamples=PEER_RESAMPLES)
@@ -54,8 +54,7 @@ def peer_claims(
     for claim, question, a, b, kind in PEER_CLAIMS:
         row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b, "kind": kind}
         if a not in measures or b not in measures:
-            waiting = planned is None or {a, b} <= set(planned)
-            row["verdict"] = "not run yet" if waiting else "not in this study"
+            row["verdict"] = "not run yet" if {a, b} <= set(planned) else "not in this study"
         elif not set(measures[a]) & set(measures[b]):
             row["verdict"] = "no common seed"
         else:

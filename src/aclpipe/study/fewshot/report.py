@@ -234,7 +234,9 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
         ),
     }
     any_run = next((r for by_seed in found.values() for r in by_seed.values()), None)
-    if any_run is None:
+    if any_run is None:  # nothing finished here yet: its peer claims wait (or are not planned)
+        if set(bases) & set(PEER_NAMES):
+            out["peers"] = cell_peers(campaign, task, n, {}, set(), np.empty(0), bases)
         return out
     labels = any_run["outputs"].dev_labels
     dev = task.dev_splits[0][0]
@@ -281,10 +283,20 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
         for claim, question, a, b in SPREADS
     ]  # fmt: skip
     if set(bases) & set(PEER_NAMES):  # the peers' claims (fewshot_peers)
-        out["peers"] = peer_claims(task, measures, informative, labels, rules, bases)
-        for row in out["peers"]:
-            row["planned"] = min(len(campaign.seeds_at(task_name, f"{r}-n{n}")) for r in (row["a"], row["b"]))
+        out["peers"] = cell_peers(campaign, task, n, measures, informative, labels, bases)
     return out
+
+
+def cell_peers(campaign: Campaign, task, n: int, measures: dict, informative: set[str],
+               labels: np.ndarray, bases: list[str]) -> list[dict]:  # fmt: skip
+    """The peer claims of one (task, N) (``peers.peer_claims``), each with the draws planned
+    for it (the fewer of its two runs')."""
+    rows = peer_claims(task, measures, informative, labels, campaign.verdicts, bases)
+    for row in rows:
+        row["planned"] = min(
+            len(campaign.seeds_at(task.name, f"{r}-n{n}")) for r in (row["a"], row["b"])
+        )
+    return rows
 
 
 def spread_claim(
