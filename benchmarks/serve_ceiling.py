@@ -39,7 +39,7 @@ from threads import machine, recorded_path  # noqa: E402
 
 from aclpipe.atomic import write_text  # noqa: E402
 from aclpipe.early_exit.predict import Predictor  # noqa: E402
-from aclpipe.early_exit.scheduler import CALL_TOKENS, length_groups  # noqa: E402
+from aclpipe.early_exit.scheduler import CALL_TOKENS, PredictorAdapter  # noqa: E402
 from aclpipe.early_exit.tokens import encode  # noqa: E402
 
 
@@ -49,23 +49,13 @@ def per_second(run, count: int) -> float:
     return round(count / (time.perf_counter() - began), 1)
 
 
-def arrival_calls(lengths: list[int], k: int) -> list[list[int]]:
-    """The engine calls a server makes of arrivals of these token ``lengths``, in order: the
-    first ``k`` arrivals make one batch, cut by ``length_groups``, then the next ``k``; each
-    call a list of indices into the arrivals."""
-    calls = []
-    for start in range(0, len(lengths), k):
-        for group in length_groups(lengths[start : start + k]):
-            calls.append([start + i for i in group])
-    return calls
-
-
-def run_arrivals(predictor: Predictor, arrivals: list[dict], calls: list[list[int]]) -> list:
-    """``predictor``'s outputs of ``arrivals`` (token rows) run call by call, in arrival order."""
-    out: list = [None] * len(arrivals)
-    for call in calls:
-        for i, output in zip(call, predictor.run_rows([arrivals[i] for i in call])):
-            out[i] = output
+def run_arrivals(adapter: PredictorAdapter, arrivals: list[dict], k: int) -> list:
+    """The server's engine path over ``arrivals`` (token rows): each k in turn one batch through
+    ``PredictorAdapter.answer`` (cut by ``length_groups``, one engine call per group), as the
+    worker runs what waits; the outputs in arrival order."""
+    out: list = []
+    for start in range(0, len(arrivals), k):
+        out += adapter.answer(arrivals[start : start + k])
     return out
 
 
@@ -93,19 +83,19 @@ def main() -> None:
     rows = encode(predictor.tokenizer, [(s, None) for s in sst2_dev(args.glue_dir)])
     arrivals = rows[:]
     random.Random(args.seed).shuffle(arrivals)
-    lengths = [len(row["input_ids"]) for row in arrivals]
-    calls = {k: arrival_calls(lengths, k) for k in sizes}
+    adapter = PredictorAdapter(predictor)  # what the server's worker calls
 
     predictor.run_rows(rows)  # warm-up
     rounds = []
     for r in range(args.rounds):
         row = {"sorted": per_second(lambda: predictor.run_rows(rows), len(rows))}
         for k in sizes:
-            run = functools.partial(run_arrivals, predictor, arrivals, calls[k])
+            run = functools.partial(run_arrivals, adapter, arrivals, k)
             row[f"arrivals_{k}"] = per_second(run, len(rows))
             row[f"ratio_arrivals_{k}"] = round(row[f"arrivals_{k}"] / row["sorted"], 3)
         rounds.append(row)
         print(f"round {r}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    shares = medians(rounds, sizes)
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "export": recorded_path(args.export),
@@ -119,11 +109,11 @@ def main() -> None:
         "stack": stack(),
         "load_average_at_end": os.getloadavg(),
         "rounds": rounds,
-        **medians(rounds, sizes),
+        **shares,
         "median_sorted_per_s": statistics.median(r["sorted"] for r in rounds),
     }
     write_text(args.out, json.dumps(out, indent=2) + "\n")
-    print(json.dumps(medians(rounds, sizes), indent=2))
+    print(json.dumps(shares, indent=2))
 
 
 if __name__ == "__main__":
