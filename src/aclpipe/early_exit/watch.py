@@ -30,12 +30,12 @@ controller; it publishes the controller's status after a move at once, and other
 its queue is empty or ``PUBLISH_SECONDS`` after the last time (the status costs about three
 observations' work: 150 against 55 us), and ``/info`` and ``/metrics`` read the newest one
 (``Watch.status``), so the event loop never waits for a controller update. The lock the
-serving threads take (``pick``, ``served``) guards the sampler's counters only. The shadow thread runs at the process's own CPU priority: a
-lowered one (``nice``) is a priority inversion in Python, because between its ONNX calls the
-thread holds the GIL, and a holder that the kernel leaves unscheduled on a busy machine
-stalls every thread of the process, the event loop included (a ``--shadow`` server that
-shared a core with a busy process stalled for a second at a time at nice 19). The token
-bucket bounds what the shadow work costs.
+serving threads take (``pick``, ``served``) guards the sampler's counters only. The shadow
+thread runs at the process's own CPU priority: a lowered one (``nice``) is a priority
+inversion in Python, because between its ONNX calls the thread holds the GIL, and a holder
+that the kernel leaves unscheduled on a busy machine stalls every thread of the process, the
+event loop included (a ``--shadow`` server that shared a core with a busy process stalled for
+a second at a time at nice 19). The token bucket bounds what the shadow work costs.
 
 Runs on the onnx engine (a row's states are the segments' inputs). No torch.
 """

@@ -39,6 +39,12 @@ PEER_CLAIMS: list[tuple[str, str, str, str, str]] = [
 TESTED = ("better", "worse", "comparable", "inconclusive")
 
 
+def missing(a: str, b: str, planned: Collection[str]) -> str:
+    """The verdict of a comparison of ``a`` with ``b`` that lacks a run: "not run yet" where the
+    study plans both at that (task, N), else "not in this study"."""
+    return "not run yet" if a in planned and b in planned else "not in this study"
+
+
 def peer_claims(
     task, measures: dict, informative: set[str], labels: np.ndarray, rules: Rules,
     planned: Collection[str],
@@ -54,7 +60,7 @@ def peer_claims(
     for claim, question, a, b, kind in PEER_CLAIMS:
         row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b, "kind": kind}
         if a not in measures or b not in measures:
-            row["verdict"] = "not run yet" if {a, b} <= set(planned) else "not in this study"
+            row["verdict"] = missing(a, b, planned)
         elif not set(measures[a]) & set(measures[b]):
             row["verdict"] = "no common seed"
         else:

@@ -53,7 +53,7 @@ from aclpipe.study.campaign.report import judge_pair
 from aclpipe.study.campaign.run_folders import angle_summary, load_run, rule_use
 from aclpipe.study.campaign.stack_check import stack
 from aclpipe.study.fewshot.markdown import BELOW, ON, SPREAD_DRAWS
-from aclpipe.study.fewshot.peers import draw_peers, peer_claims, peer_family
+from aclpipe.study.fewshot.peers import draw_peers, missing, peer_claims, peer_family
 from aclpipe.study.stats import measures as scoring
 from aclpipe.study.stats import paired, verdicts
 from aclpipe.study.stats.verdicts import NON_INFERIORITY, NOT_EXERCISED, SUPERIORITY, Rules
@@ -264,7 +264,7 @@ def summarise_cell(campaign: Campaign, task_name: str, n: int) -> dict:
     for claim, question, a, b, kind, rule_run in CLAIMS:
         row: dict[str, Any] = {"claim": claim, "question": question, "a": a, "b": b, "kind": kind}
         if a not in measures or b not in measures:
-            row["verdict"] = "not run yet" if a in bases and b in bases else "not in this study"
+            row["verdict"] = missing(a, b, bases)
         elif not set(measures[a]) & set(measures[b]):
             row["verdict"] = "no common seed"
         else:
@@ -307,7 +307,7 @@ def spread_claim(
     (``informative``: the runs that do): a method that guesses one class varies little over
     draws without being any steadier."""
     if a not in measures or b not in measures:
-        return {"verdict": "not run yet" if a in bases and b in bases else "not in this study"}
+        return {"verdict": missing(a, b, bases)}
     found = spread_ratio(task, measures[a], measures[b], labels, resamples)
     if a not in informative and found.get("low") is not None:
         found["verdict"] = verdicts.UNINFORMATIVE
