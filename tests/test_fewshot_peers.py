@@ -377,3 +377,31 @@ def test_a_cell_with_nothing_finished_lists_its_peer_claims_as_waiting(runs, mon
         assert verdict == ("not run yet" if both else "not in this study")
         assert planned == (3 if both else 0)
     assert ("ce", "setfit") in verdicts and len(verdicts) == 5
+
+
+@pytest.mark.parametrize(
+    "draws, planned, hollow",
+    [
+        ([10, 10, 30], [10, 10, 30], []),  # every point has its own plan: none partial
+        ([10, 10, 30], 10, []),
+        ([10, 7, 30], [10, 10, 30], [1]),
+        ([10, 10, 29], [10, 10, 30], [2]),
+        ([3, 10, 30], 30, [0, 1]),
+    ],
+)
+def test_a_point_is_hollow_only_where_its_own_draws_are_short(draws, planned, hollow) -> None:
+    """Each point against the draws planned for its N, not the largest plan of the line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from aclpipe.study.fewshot.plots import _line
+
+    ax = Figure().add_subplot()
+    sizes = [16, 20, 100]
+    partial = _line(ax, sizes, [50.0, 60.0, 70.0], draws, planned, "C0", "ce")
+    assert partial == bool(hollow)
+    empty = [line for line in ax.lines if line.get_markerfacecolor() == "white"]
+    got = sorted(sizes.index(int(x)) for line in empty for x in line.get_xdata())
+    assert got == hollow

@@ -284,7 +284,7 @@ def draw_peers(campaign: Campaign, cells: list[dict], path: Path) -> None:
                 continue
             mean = [100 * e["mean"] for e in entries]
             sd = [100 * (e["sd"] or 0.0) for e in entries]
-            planned = max(len(campaign.seeds_at(task, f"{run}-n{n}")) for n in sizes)
+            planned = [len(campaign.seeds_at(task, f"{run}-n{n}")) for n in sizes]
             before = len(ax.lines)
             partial |= _line(ax, sizes, mean, [e["n"] for e in entries], planned, colours[run], run)
             if run in ("setfit", "linear-probe"):  # the peers dashed

@@ -49,12 +49,14 @@ def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dic
     return [n for n, _ in points], [e for _, e in points]
 
 
-def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: int,
+def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: int | list[int],
           colour, label: str) -> bool:  # fmt: skip
     """A method's line, its points filled where every planned draw is in and hollow where
-    not; whether any point is hollow."""
+    not (``planned``: one count for every point, or one per point); whether any point is
+    hollow."""
     ax.plot(sizes, values, color=colour, label=label)
-    partial = [d < planned for d in draws]
+    wanted = planned if isinstance(planned, list) else [planned] * len(draws)
+    partial = [d < w for d, w in zip(draws, wanted)]
     for hollow in (False, True):
         chosen = [(n, v) for n, v, p in zip(sizes, values, partial) if p is hollow]
         if chosen:
