@@ -82,8 +82,11 @@ class Model:
         self.tokenizer = word_tokenizer()
 
 
-def make_app(api_key: str | None = None, max_wait: float = 0.0, max_batch: int = 32):
+def make_app(api_key: str | None = None, max_wait: float = 0.0, max_batch: int = 32,
+             tokenizer=None):  # fmt: skip
     engine, model = Engine(), Model()
+    if tokenizer is not None:
+        model.tokenizer = tokenizer
     settings = ServeSettings(model=Path("served"), api_key=api_key, max_batch=max_batch)
     metrics = Metrics([1, 2, 3])
     batcher = MicroBatcher(engine, max_batch, max_wait, settings.max_queue,
@@ -333,6 +336,46 @@ def test_a_bad_character_is_refused_naming_it_and_its_neighbours_are_answered(co
         assert status == 422
         message = one_line_error(body, "bad_text")
         assert f"U+{code:04X} at character 6" in message
+    for (got, _, answer), sent in zip(answers, good):
+        assert got == 200 and json.loads(answer) == expected_record(sent)
+    assert engine.failed == 0
+
+
+class Refusing:
+    """The word tokenizer, but ``encode_batch`` refuses any batch holding "film plot" (as
+    tokenizers raises on input it cannot take, with a two-line message)."""
+
+    def __init__(self) -> None:
+        self.inner = word_tokenizer()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def encode_batch(self, texts):
+        if any("film plot" in (t if isinstance(t, str) else " ".join(t)) for t in texts):
+            raise ValueError("cannot encode\nsecond line")
+        return self.inner.encode_batch(texts)
+
+
+@pytest.mark.parametrize("at, size", [(0, 1), (0, 3), (1, 3), (2, 3)])
+def test_a_text_the_tokenizer_refuses_is_422_for_its_request_alone(at: int, size: int) -> None:
+    """A record the tokenizer raises on: 422 ``bad_text`` naming the record (its index in a
+    list) and the tokenizer's first line; good requests sent at the same moment answered."""
+    app, engine, batcher = make_app(max_wait=0.05, tokenizer=Refusing())
+    records = [{"text": "good film"} for _ in range(size)]
+    records[at] = {"text": "a film plot"}
+    good = ["good film", "bad plot", "very good film"]
+
+    async def run():
+        bad = post(app, records if size > 1 else records[0])
+        return await asyncio.gather(bad, *(post(app, {"text": g}) for g in good))
+
+    (status, _, body), *answers = asyncio.run(run())
+    batcher.close(5)
+    assert status == 422
+    message = one_line_error(body, "bad_text")
+    where = f"record {at}" if at else "the record"
+    assert message.startswith(f"{where}: the tokenizer cannot take it (cannot encode)")
     for (got, _, answer), sent in zip(answers, good):
         assert got == 200 and json.loads(answer) == expected_record(sent)
     assert engine.failed == 0
