@@ -438,7 +438,7 @@ def test_record_times_finished_runs_and_keeps_earlier_rows(
     assert first[0] == {"task": "sst2", "run": "acl-nograd", "n": "4", "seed": "1",
                         "start_utc": "2026-12-04T16:00:30", "end_utc": "2026-12-04T16:01:40",
                         "seconds": "70", "note": ""}  # fmt: skip
-    # a later session in another worktree: the first one's logs are gone, its rows stay
+    # a later run from another checkout: the first one's logs are gone, its rows stay
     later = tmp_path / "later" / "fewshot"
     finish(later, "sst2", "ce-n8", 1, T0 + 7200, T0 + 7210)
     _, rows = wallclock.record(study, later)

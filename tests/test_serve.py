@@ -40,7 +40,7 @@ from aclpipe.exits.export import export_exits
 from aclpipe.layout import EXPORT_JSON
 from aclpipe.modeling.model import load_multi_exit
 
-MIX_REQUESTS = 2000  # the count; 5% of them malformed
+MIX_REQUESTS = 2000  # 5% of them malformed
 MAX_BODY = 2048
 WORDS = ["good", "bad", "fun", "great", "awful", "the plot", "very", "not"]
 
