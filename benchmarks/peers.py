@@ -43,8 +43,9 @@ answers beside its speed, every engine on ``--threads`` intra-op threads:
    within its duration). The rate judged is wrk's with one connection, below the server's
    saturation (``rate_over_ladder_saturation`` records where it sits): wrk's rate at 16
    connections is the saturation itself, where an open loop has no steady state (its queue
-   wanders and drains after the last arrival: 0.88x wrk in an earlier run with every request
-   answered), so that comparison is recorded beside (``wrk_other_connections``), not judged.
+   wanders and drains after the last arrival: 0.93x wrk in the recorded results, with every
+   request answered), so that comparison is recorded beside (``wrk_other_connections``), not
+   judged.
 
 Targets, judged on the early-exit contender (the single-exit rows recorded beside, not
 judged): aclpipe int8 >= 2x Optimum int8 at batch 1 and >= 3x at batch 32, its dev accuracy at

@@ -28,9 +28,8 @@ queued requests included; ``throughput_in_step_per_s``, the answers that came in
 arrivals lasted, per second of ``--seconds``: a closed-loop client's measure (wrk counts the
 answers within its duration), so that the two compare at one rate (peers.py). Near saturation
 they part: a queue built at a rate the server only just holds drains after the last arrival,
-which the first counts against the server (0.88 of wrk's rate, at wrk's rate, in an earlier
-run of peers.py, with every request answered). A server's steps stop at the first rate it cannot keep up with (errors over 5%, or p99
-over 1 s): past saturation.
+which the first counts against the server. A server's steps stop at the first rate it cannot
+keep up with (errors over 5%, or p99 over 1 s): past saturation.
 
 Targets, each a ratio from this one run: the highest rate held (p99 <= 50 ms and no
 errors, at that rate and every lower one) by the early-exit server is >= 5x the naive
@@ -172,8 +171,8 @@ class Client:
 
     An idle connection the server may have closed is never reused: the server ends a
     connection idle for its keep-alive time (``aclpipe serve``: 5 s), and a request written
-    into one that is closing fails with no answer (one ``IncompleteReadError`` at 28
-    requests/s in an earlier run: a burst took a connection idle since an earlier burst).
+    into one that is closing fails with no answer (an ``IncompleteReadError``, when a burst
+    takes a connection idle since an earlier burst).
     So one idle past ``REUSE_WITHIN`` seconds, or one whose end the server already sent, is
     closed and a fresh one opened, as HTTP client libraries check a pooled connection."""
 
