@@ -212,6 +212,8 @@ def main() -> None:
     runs = {**previous.get("runs", {}), args.label: {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "export": recorded_path(args.export), "precision": args.precision,
+        "default_setting": json.loads((args.export / "export.json").read_text(encoding="utf-8"))
+        .get("default_setting"),  # what the server runs: no --policy or --threshold given
         "threads": args.threads, "connections": args.connections, "machine": machine(),
         "stack": stack(), "load_average_at_end": os.getloadavg(), **result,
     }}  # fmt: skip
