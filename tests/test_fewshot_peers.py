@@ -383,10 +383,10 @@ def test_a_cell_with_nothing_finished_lists_its_peer_claims_as_waiting(runs, mon
     "draws, planned, hollow",
     [
         ([10, 10, 30], [10, 10, 30], []),  # every point has its own plan: none partial
-        ([10, 10, 30], 10, []),
+        ([10, 10, 30], [10, 10, 10], []),
         ([10, 7, 30], [10, 10, 30], [1]),
         ([10, 10, 29], [10, 10, 30], [2]),
-        ([3, 10, 30], 30, [0, 1]),
+        ([3, 10, 30], [30, 30, 30], [0, 1]),
     ],
 )
 def test_a_point_is_hollow_only_where_its_own_draws_are_short(draws, planned, hollow) -> None:

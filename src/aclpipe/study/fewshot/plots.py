@@ -49,14 +49,12 @@ def _series(cells: list[dict], task: str, run: str) -> tuple[list[int], list[dic
     return [n for n, _ in points], [e for _, e in points]
 
 
-def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: int | list[int],
+def _line(ax, sizes: list[int], values: list[float], draws: list[int], planned: list[int],
           colour, label: str) -> bool:  # fmt: skip
-    """A method's line, its points filled where every planned draw is in and hollow where
-    not (``planned``: one count for every point, or one per point); whether any point is
-    hollow."""
+    """A method's line, each point filled where every draw planned at its N is in and hollow
+    where not; whether any point is hollow."""
     ax.plot(sizes, values, color=colour, label=label)
-    wanted = planned if isinstance(planned, list) else [planned] * len(draws)
-    partial = [d < w for d, w in zip(draws, wanted)]
+    partial = [d < w for d, w in zip(draws, planned)]
     for hollow in (False, True):
         chosen = [(n, v) for n, v, p in zip(sizes, values, partial) if p is hollow]
         if chosen:
@@ -100,7 +98,8 @@ def draw_spread(campaign: Campaign, cells: list[dict], path: Path) -> None:
                    "sd of the dev score over draws (x100)", from_zero=True)  # fmt: skip
 
 
-def _score_line(ax, sizes: list[int], entries: list[dict], planned: int, colour, run: str) -> bool:
+def _score_line(ax, sizes: list[int], entries: list[dict], planned: list[int], colour,
+                run: str) -> bool:  # fmt: skip
     """A method's mean score over draws with a band of one sd either side."""
     mean = [100 * e["mean"] for e in entries]
     sd = [100 * (e["sd"] or 0.0) for e in entries]
@@ -111,27 +110,30 @@ def _score_line(ax, sizes: list[int], entries: list[dict], planned: int, colour,
     return partial
 
 
-def _spread_line(ax, sizes: list[int], entries: list[dict], planned: int, colour, run: str) -> bool:
+def _spread_line(ax, sizes: list[int], entries: list[dict], planned: list[int], colour,
+                 run: str) -> bool:  # fmt: skip
     """A method's sd over draws, where it has one (no sd before a second draw)."""
-    points = [(n, 100 * e["sd"], e["n"]) for n, e in zip(sizes, entries) if e["sd"] is not None]
+    points = [(n, 100 * e["sd"], e["n"], w) for n, e, w in zip(sizes, entries, planned)
+              if e["sd"] is not None]  # fmt: skip
     if not points:
         return False
-    n, sd, draws = (list(x) for x in zip(*points))
-    return _line(ax, n, sd, draws, planned, colour, run)
+    n, sd, draws, wanted = (list(x) for x in zip(*points))
+    return _line(ax, n, sd, draws, wanted, colour, run)
 
 
 def _draw_per_task(campaign: Campaign, cells: list[dict], path: Path, height: float, line,
                    ylabel: str, majority: bool = False, from_zero: bool = False) -> None:  # fmt: skip
     """One panel per task, one ``line(ax, sizes, entries, planned, colour, run)`` per method
-    with runs there (it says whether a point is partial); the majority class dotted when
-    asked, one legend below."""
+    with runs there (``planned``: the draws planned at each N; it says whether a point is
+    partial); the majority class dotted when asked, one legend below."""
     fig, axes = _grid(campaign, height)
-    colours, planned = _colours(campaign), len(campaign.seeds)
+    colours = _colours(campaign)
     anything_partial = False
     for ax, task in zip(axes, campaign.tasks):
         for run, colour in colours.items():
             sizes, entries = _series(cells, task, run)
             if sizes:
+                planned = [len(campaign.seeds_at(task, f"{run}-n{n}")) for n in sizes]
                 anything_partial |= line(ax, sizes, entries, planned, colour, run)
         scores = [c["majority"] for c in cells if c["task"] == task and "majority" in c]
         if majority and scores:
