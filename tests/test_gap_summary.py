@@ -68,3 +68,10 @@ def test_a_pair_without_rows_is_one_line_naming_the_fix(tmp_path) -> None:
     assert run.stderr.strip().splitlines() == [
         f"no rows for 'b|head' at N = 100 in {path}: run ablate.py first"
     ]
+
+
+def test_the_committed_summary_is_what_the_committed_ablations_give() -> None:
+    gap = _module()
+    tsv = REPO / "fewshot" / "gap" / "ablations.tsv"
+    committed = (REPO / "fewshot" / "gap" / "summary.md").read_text(encoding="utf-8")
+    assert committed == gap.summary(tsv, 100, gap.DEFAULT_PAIRS)

@@ -19,6 +19,7 @@ STUDY_REPORTS = [
     at(REPO).reports(CAMPAIGN),
     REPORTS / FEWSHOT_REPORTS / REPORTS_README,
     at(REPO).sts_study_reports() / REPORTS_README,
+    REPO / "fewshot" / "gap" / "summary.md",  # the SetFit-gap ablations (fewshot/gap/summarize.py)
 ]
 QUOTING = ["README.md", "docs/studies.md"]  # the pages that quote study results
 INTERVAL = re.compile(r"([+-]?\d+\.\d+) \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")
