@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from aclpipe.atomic import write_text
+from aclpipe.study.stats.paired import LEVEL, percentile_interval
 
 # What docs/studies.md quotes: SetFit's update count against the grid's recipe, per objective
 # (ce and scl with their own heads, cospair with the refit one); scl against ce; a logistic
@@ -54,7 +55,7 @@ def paired(a: dict[int, float], b: dict[int, float], resamples: int = 10_000) ->
     diff = np.array([a[d] - b[d] for d in draws])  # [D]
     rng = np.random.default_rng(0)
     means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)  # [R]
-    low, high = np.percentile(means, [2.5, 97.5])
+    low, high = percentile_interval(means, LEVEL)
     return {
         "draws": draws,
         "mean": diff.mean(),
